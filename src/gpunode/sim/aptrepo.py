@@ -1,0 +1,175 @@
+"""The local stand-in for NVIDIA's Container Toolkit apt repository.
+
+Laid out like the real one (``<base>/gpgkey`` and ``<base>/stable/deb/$(ARCH)``,
+a flat repository), signed with a throw-away key, holding the four toolkit
+packages at each simulated version with the real inter-package dependencies.
+The packages carry the stand-in ``nvidia-ctk`` for their version.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from gpunode.sim.hostcmd import run
+
+TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
+REPO_PATH = "libnvidia-container"
+SIGNER = "gpunode simulated NVIDIA repository <repo@gpunode.invalid>"
+
+
+@dataclass(frozen=True)
+class RepoInfo:
+    """Where the repository lies on the host and what nodes must trust."""
+
+    root: Path
+    fingerprint: str
+    arch: str
+
+    @property
+    def dist_dir(self) -> Path:
+        return self.root / REPO_PATH / "stable" / "deb" / self.arch
+
+
+def render_standin(name: str, **values: str) -> str:
+    """The text of a stand-in script with its ``@NAME@`` placeholders filled in."""
+    text = (resources.files("gpunode.sim") / "standins" / name).read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key.upper()}@", value)
+    return text
+
+
+def _recipe_digest() -> str:
+    digest = hashlib.sha256()
+    for name in ("nvidia_ctk.py", "nvidia_container_runtime.sh"):
+        digest.update(render_standin(name).encode())
+    digest.update(repr(TOOLKIT_VERSIONS).encode())
+    return digest.hexdigest()[:16]
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def _control(name: str, version: str, arch: str, depends: str, description: str) -> str:
+    lines = [
+        f"Package: {name}",
+        f"Version: {version}",
+        f"Architecture: {arch}",
+        "Maintainer: gpunode simulated fleet <repo@gpunode.invalid>",
+        "Section: utils",
+        "Priority: optional",
+    ]
+    if depends:
+        lines.append(f"Depends: {depends}")
+    lines.append(f"Description: {description} (gpunode simulated fleet stand-in)")
+    return "\n".join(lines) + "\n"
+
+
+def _build_package(work: Path, out: Path, name: str, version: str, arch: str, depends: str,
+                   files: dict[str, tuple[str, int]], conffiles: tuple[str, ...] = ()) -> None:
+    root = work / f"{name}_{version}"
+    for path, (text, mode) in files.items():
+        _write(root / path.lstrip("/"), text, mode)
+    _write(root / "DEBIAN" / "control", _control(name, version, arch, depends, name))
+    if conffiles:
+        _write(root / "DEBIAN" / "conffiles", "\n".join(conffiles) + "\n")
+    run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{name}_{version}_{arch}.deb")],
+        what=f"building the simulated package {name} {version}")
+
+
+def build_packages(out: Path, arch: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="gpunode-debs-") as tmp:
+        work = Path(tmp)
+        libdir = "/usr/lib/x86_64-linux-gnu" if arch == "amd64" else f"/usr/lib/{arch}-linux-gnu"
+        for version in TOOLKIT_VERSIONS:
+            upstream = version.split("-")[0]
+            _build_package(work, out, "libnvidia-container1", version, arch, "", {
+                f"{libdir}/libnvidia-container.so.{upstream}": (f"simulated libnvidia-container {upstream}\n", 0o644),
+            })
+            _build_package(
+                work, out, "libnvidia-container-tools", version, arch,
+                f"libnvidia-container1 (>= {version}), libnvidia-container1 (<< 2.0.0)",
+                {"/usr/bin/nvidia-container-cli": (
+                    f"#!/bin/sh\necho 'cli-version: {upstream}'\necho 'lib-version: {upstream}'\n", 0o755)},
+            )
+            _build_package(
+                work, out, "nvidia-container-toolkit-base", version, arch, "",
+                {
+                    "/usr/bin/nvidia-ctk": (render_standin("nvidia_ctk.py", toolkit_version=upstream), 0o755),
+                    "/usr/bin/nvidia-container-runtime": (
+                        render_standin("nvidia_container_runtime.sh", toolkit_version=upstream), 0o755),
+                    "/etc/nvidia-container-runtime/config.toml": (
+                        '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
+                        'disable-require = false\nsupported-driver-capabilities = "compat32,compute,display,'
+                        'graphics,ngx,utility,video"\n\n[nvidia-container-cli]\nenvironment = []\n'
+                        'ldconfig = "@/sbin/ldconfig.real"\nload-kmods = true\n\n'
+                        '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\n'
+                        'runtimes = ["docker-runc", "runc", "crun"]\n', 0o644),
+                },
+                conffiles=("/etc/nvidia-container-runtime/config.toml",),
+            )
+            _build_package(
+                work, out, "nvidia-container-toolkit", version, arch,
+                f"nvidia-container-toolkit-base (= {version}), libnvidia-container-tools (>= {version}), "
+                "libnvidia-container-tools (<< 2.0.0)",
+                {"/usr/bin/nvidia-container-runtime-hook": (
+                    "#!/bin/sh\n# simulated OCI prestart hook: the simulated driver layer needs no injection here\n"
+                    "exit 0\n", 0o755)},
+            )
+
+
+def _make_key(gnupg: Path) -> str:
+    env = {**os.environ, "GNUPGHOME": str(gnupg)}
+    run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", SIGNER, "ed25519", "sign", "never"],
+        what="creating the simulated repository's signing key", env=env)
+    listing = run(["gpg", "--batch", "--with-colons", "--list-keys", SIGNER], what="reading the key", env=env)
+    return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+def build_repo(root: Path) -> RepoInfo:
+    """Build (or reuse) the signed repository under ``root``."""
+    arch = run(["dpkg", "--print-architecture"], what="reading the host architecture").strip()
+    stamp = root / ".recipe"
+    fingerprint_file = root / "fingerprint"
+    if stamp.exists() and stamp.read_text() == _recipe_digest() and fingerprint_file.exists():
+        return RepoInfo(root, fingerprint_file.read_text().strip(), arch)
+    if root.exists():
+        shutil.rmtree(root)
+    info = RepoInfo(root, "", arch)
+    dist = info.dist_dir
+    dist.mkdir(parents=True)
+    build_packages(dist, arch)
+    with tempfile.TemporaryDirectory(prefix="gpunode-gpg-") as gnupg_dir:
+        gnupg = Path(gnupg_dir)
+        gnupg.chmod(0o700)
+        env = {**os.environ, "GNUPGHOME": str(gnupg)}
+        try:
+            fingerprint = _make_key(gnupg)
+            packages = run(["apt-ftparchive", "packages", "."], what="indexing the repository", cwd=str(dist))
+            (dist / "Packages").write_text(packages)
+            with gzip.open(dist / "Packages.gz", "wt") as handle:
+                handle.write(packages)
+            release = run(["apt-ftparchive", "-o", "APT::FTPArchive::Release::Origin=gpunode-sim",
+                           "-o", "APT::FTPArchive::Release::Label=libnvidia-container", "release", "."],
+                          what="writing the Release file", cwd=str(dist))
+            (dist / "Release").write_text(release)
+            run(["gpg", "--batch", "--yes", "--clearsign", "-o", "InRelease", "Release"],
+                what="signing InRelease", env=env, cwd=str(dist))
+            run(["gpg", "--batch", "--yes", "-abs", "-o", "Release.gpg", "Release"],
+                what="signing Release", env=env, cwd=str(dist))
+            key = run(["gpg", "--batch", "--armor", "--export", SIGNER], what="exporting the key", env=env)
+            (root / REPO_PATH / "gpgkey").write_text(key)
+        finally:
+            run(["gpgconf", "--kill", "all"], what="stopping gpg-agent", env=env)
+    fingerprint_file.write_text(fingerprint + "\n")
+    stamp.write_text(_recipe_digest())
+    return RepoInfo(root, fingerprint, arch)
