@@ -1,0 +1,287 @@
+"""Bringing a simulated fleet up and down, and what it looks like while it runs.
+
+``up`` prepares the shared images (cached), the local signed repository and
+its server, then starts every node and waits for its sshd; a node that fails
+is reported with its console log while the others come up. The fleet's state
+(nodes, host processes) is written as it changes, so ``down`` can always clean
+up, also after Ctrl-C or a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+from gpunode.sim import images, prereqs
+from gpunode.sim.aptrepo import REPO_PATH, build_repo
+from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, netns_name, stop_processes
+from gpunode.sim.paths import SimPaths
+from gpunode.sim.profiles import NodeSpec, load_profile, plan_fleet
+from gpunode.sim.ssh import client_key, write_client_files
+from gpunode.sim.tools import write_tools_layer
+
+Say = Callable[[str], None]
+READY_TIMEOUT = 60.0
+
+
+@dataclass
+class NodeResult:
+    name: str
+    address: str
+    profile: str
+    runtime: str
+    error: str | None = None
+    console: str = ""
+
+
+@dataclass
+class FleetReport:
+    nodes: list[NodeResult] = field(default_factory=list)
+    ssh_config: Path | None = None
+    inventory: Path | None = None
+
+    @property
+    def failed(self) -> list[NodeResult]:
+        return [n for n in self.nodes if n.error]
+
+
+class FleetState:
+    """The JSON record of a running fleet: nodes, their host processes, the repo server."""
+
+    def __init__(self, paths: SimPaths) -> None:
+        self.paths = paths
+        self.data: dict = {"nodes": {}, "services": {}}
+        if paths.fleet_file.exists():
+            try:
+                self.data = json.loads(paths.fleet_file.read_text())
+            except json.JSONDecodeError:
+                self.data = {"nodes": {}, "services": {}}
+
+    def save(self) -> None:
+        self.paths.state.mkdir(parents=True, exist_ok=True)
+        tmp = self.paths.fleet_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=2))
+        os.replace(tmp, self.paths.fleet_file)
+
+    def processes(self, name: str) -> list[NodeProcess]:
+        entry = self.data["nodes"].get(name, {})
+        return [NodeProcess(role, pid) for role, pid in entry.get("pids", {}).items()]
+
+
+def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
+    service = state.data["services"].get("repo")
+    if service and NodeProcess("repo", service).alive():
+        return
+    paths.run.mkdir(parents=True, exist_ok=True)
+    log = (paths.run / "repo-server.log").open("ab")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.Popen([sys.executable, "-m", "gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=env)
+    log.close()
+    state.data["services"]["repo"] = proc.pid
+    state.save()
+    deadline = time.monotonic() + 10
+    while not (paths.run / "repo.sock").exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise GpunodeError("the local repository server did not start",
+                               f"see {paths.run / 'repo-server.log'}")
+        time.sleep(0.05)
+
+
+def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -> Path:
+    """The inventory pyinfra and testinfra read (``inventories/sim.py`` finds it)."""
+    key = paths.ssh / "id_ed25519"
+    hosts = {}
+    for name, entry in sorted(state.data["nodes"].items()):
+        hosts[name] = {
+            "ssh_hostname": entry["address"],
+            "ssh_port": 22,
+            "ssh_user": "root",
+            "ssh_key": str(key),
+            "ssh_known_hosts_file": str(paths.ssh / "known_hosts"),
+            "ssh_strict_host_key_checking": "yes",
+            "sim_profile": entry["profile"],
+            "container_runtime": entry["runtime"],
+            "gpu_expected": entry["gpu_count"] > 0,
+        }
+    inventory = {
+        "ssh_config": str(paths.ssh_config),
+        "hosts": hosts,
+        "groups": {
+            "gpu_nodes": sorted(n for n, h in hosts.items() if h["gpu_expected"]),
+            "cpu_nodes": sorted(n for n, h in hosts.items() if not h["gpu_expected"]),
+        },
+        "toolkit_repo": {
+            "repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/deb/$(ARCH)",
+            "key_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/gpgkey",
+            "key_fingerprint": repo_fingerprint,
+        },
+    }
+    paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
+    return paths.inventory_file
+
+
+def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
+    """Start ``specs`` (nodes already running are left as they are) and report each."""
+    prereqs.check_host()
+    state = FleetState(paths)
+    clash = [s.name for s in specs if s.name in state.data["nodes"]
+             and state.data["nodes"][s.name]["profile"] != s.profile_name
+             and any(p.alive() for p in state.processes(s.name))]
+    if clash:
+        raise GpunodeError(f"{', '.join(clash)} already running with another profile",
+                           "run 'gpunode sim down' first, or keep the running profiles")
+    started = time.monotonic()
+    images.prepare_images(paths, {s.runtime for s in specs}, say)
+    write_tools_layer(paths.layer("tools"))
+    repo = build_repo(paths.repo)
+    _start_repo_server(paths, state)
+    key = client_key(paths.ssh)
+    authorized = Path(f"{key}.pub").read_text().strip()
+    report = FleetReport()
+    nodes = [SimNode(paths, spec) for spec in specs]
+    host_keys: dict[str, tuple[str, str]] = {}
+    to_wait: list[SimNode] = []
+    for node in nodes:
+        spec = node.spec
+        entry = state.data["nodes"].get(spec.name)
+        running = entry is not None and all(p.alive() for p in state.processes(spec.name))
+        host_keys[spec.name] = (spec.address, node.prepare(authorized) if not running
+                                else Path(f"{node.host_key}.pub").read_text().strip())
+        gpu_count = int(spec.profile["gpu"].get("count", 0))
+        if running:
+            continue
+        if entry:
+            stop_processes(state.processes(spec.name))
+        state.data["nodes"][spec.name] = {"address": spec.address, "profile": spec.profile_name,
+                                          "runtime": spec.runtime, "gpu_count": gpu_count, "pids": {}}
+        state.save()
+        try:
+            for proc in node.start():
+                state.data["nodes"][spec.name]["pids"][proc.role] = proc.pid
+                state.save()
+        except (OSError, subprocess.CalledProcessError) as error:
+            report.nodes.append(NodeResult(spec.name, spec.address, spec.profile_name, spec.runtime,
+                                           f"could not start: {error}", node.console_tail()))
+            continue
+        to_wait.append(node)
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(to_wait)))) as pool:
+        waits = dict(zip([n.spec.name for n in to_wait],
+                         pool.map(lambda n: n.wait_ready(READY_TIMEOUT), to_wait), strict=True))
+    for node in nodes:
+        spec = node.spec
+        if any(r.name == spec.name for r in report.nodes):
+            continue
+        error = waits.get(spec.name)
+        report.nodes.append(NodeResult(spec.name, spec.address, spec.profile_name, spec.runtime, error,
+                                       node.console_tail() if error else ""))
+    all_keys = {name: (entry["address"], Path(f"{paths.node(name) / 'ssh_host_ed25519_key'}.pub").read_text())
+                for name, entry in state.data["nodes"].items()}
+    all_keys.update(host_keys)
+    report.ssh_config = write_client_files(paths.ssh, all_keys)
+    report.inventory = write_inventory(paths, state, repo.fingerprint)
+    say(f"fleet ready in {time.monotonic() - started:.1f} s")
+    return report
+
+
+def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]:
+    """Stop nodes (all by default) and the repo server; return what could not be cleaned."""
+    state = FleetState(paths)
+    chosen = names or list(state.data["nodes"])
+    unknown = [n for n in chosen if n not in state.data["nodes"]]
+    if unknown:
+        raise GpunodeError(f"no such node: {', '.join(unknown)}",
+                           f"running nodes: {', '.join(state.data['nodes']) or 'none'}")
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(chosen)))) as pool:
+        list(pool.map(lambda n: stop_processes(state.processes(n)), chosen))
+    for name in chosen:
+        subprocess.run(["ip", "netns", "del", netns_name(name)], capture_output=True, check=False)
+        sock = paths.node(name) / "sshd.sock"
+        if sock.exists():
+            sock.unlink()
+        del state.data["nodes"][name]
+        state.save()
+        say(f"stopped {name}")
+    if not state.data["nodes"]:
+        repo_pid = state.data["services"].pop("repo", None)
+        if repo_pid:
+            stop_processes([NodeProcess("repo", repo_pid)])
+        state.save()
+        for leftover in (paths.inventory_file,):
+            if leftover.exists():
+                leftover.unlink()
+    return leftovers(paths)
+
+
+def leftovers(paths: SimPaths) -> list[str]:
+    """Mounts, network namespaces and processes of the simulator still on the host."""
+    found = []
+    state_dir = str(paths.state)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[4].startswith(state_dir):
+            found.append(f"mount {fields[4]}")
+    state = FleetState(paths)
+    for ns in sorted(Path("/run/netns").glob("gpunode-*")) if Path("/run/netns").exists() else []:
+        if ns.name.removeprefix("gpunode-") not in state.data["nodes"]:
+            found.append(f"network namespace {ns.name}")
+    if not state.data["nodes"]:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if state_dir in cmdline and "gpunode" in cmdline and "sim down" not in cmdline:
+                found.append(f"process {proc.name}: {cmdline.strip()[:120]}")
+    return found
+
+
+def status(paths: SimPaths) -> list[dict]:
+    state = FleetState(paths)
+    rows = []
+    for name, entry in sorted(state.data["nodes"].items()):
+        procs = state.processes(name)
+        dead = [p.role for p in procs if not p.alive()]
+        rows.append({"name": name, "address": entry["address"], "profile": entry["profile"],
+                     "runtime": entry["runtime"], "gpus": entry["gpu_count"],
+                     "state": "running" if not dead else f"broken ({', '.join(dead)} not running)"})
+    return rows
+
+
+def destroy(paths: SimPaths, say: Say) -> None:
+    """Stop everything and delete the fleet's state (the image cache stays)."""
+    if paths.fleet_file.exists():
+        down(paths, say)
+    if paths.state.exists():
+        shutil.rmtree(paths.state)
+    say(f"removed {paths.state}")
+
+
+def node_pid1(paths: SimPaths, name: str) -> int:
+    """Host PID of a running node's PID 1, for entering its namespaces."""
+    from gpunode.sim.node import init_pid_of
+
+    state = FleetState(paths)
+    if name not in state.data["nodes"]:
+        raise GpunodeError(f"no such node: {name}",
+                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
+    init = next((p for p in state.processes(name) if p.role == "init"), None)
+    pid = init_pid_of(init.pid) if init else None
+    if not pid:
+        raise GpunodeError(f"{name} is not running", "start it with 'gpunode sim up'")
+    return pid
+
+
+__all__ = ["up", "down", "status", "destroy", "plan_fleet", "load_profile", "node_pid1", "leftovers"]

@@ -1,0 +1,237 @@
+"""The read-only images every simulated node shares: the Debian base and the runtime layers.
+
+* ``base``: ``debootstrap --variant=minbase`` of Debian 12 with sshd, python3,
+  systemd's unit files and the few tools a node needs.
+* ``sim``: the systemd stand-in (patched docker-systemctl-replacement as
+  ``systemctl``/PID 1, real ``systemctl`` diverted), a preset that enables
+  services on install as Debian does, sshd settings, no shared host keys.
+* ``containerd`` and ``docker``: Debian's containerd (and docker.io on top), so
+  nodes come up with their runtime installed, as Kubernetes nodes do.
+
+Each is built once, in a private mount namespace, then cached as a zstd
+tarball under the cache folder, so fresh clones and CI runs only extract it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+from gpunode.sim import systemctl
+from gpunode.sim.hostcmd import run
+from gpunode.sim.mirror import debian_mirror
+from gpunode.sim.paths import SimPaths
+
+SUITE = "bookworm"
+BASE_PACKAGES = ("openssh-server", "python3", "gnupg", "ca-certificates", "curl", "procps", "iproute2",
+                 "kmod", "systemd", "less", "iputils-ping")
+LAYER_ORDER = ("sim", "containerd", "docker")
+LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc"), "docker": ("docker.io",)}
+RUNTIME_LAYERS = {"containerd": ("containerd", "sim"), "docker": ("docker", "containerd", "sim")}
+SIM_LIB = "/usr/lib/gpunode-sim"
+
+SYSTEMCTL_WRAPPER = f"""#!/bin/sh
+# gpunode simulated node: systemctl is docker-systemctl-replacement (see {SIM_LIB}).
+# Debian's helpers pass --root=/, which it does not take.
+for arg do shift; [ "$arg" = "--root=/" ] || set -- "$@" "$arg"; done
+exec /usr/bin/python3 {SIM_LIB}/systemctl3.py "$@"
+"""
+JOURNALCTL_WRAPPER = f"""#!/bin/sh
+exec /usr/bin/python3 {SIM_LIB}/journalctl3.py "$@"
+"""
+SIM_INIT = f"""#!/bin/sh
+# PID 1 of a simulated node: start every enabled unit, reap orphans, stop cleanly on SIGTERM.
+exec /usr/bin/python3 {SIM_LIB}/systemctl3.py init
+"""
+SSHD_CONF = """# gpunode simulated node
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UseDNS no
+HostKey /etc/ssh/ssh_host_ed25519_key
+MaxStartups 100:30:200
+MaxSessions 100
+"""
+DOCKER_DROPIN = """# gpunode simulated node: no socket activation without systemd, so listen on the unix socket.
+[Service]
+ExecStart=
+ExecStart=/usr/sbin/dockerd -H unix:///run/docker.sock --containerd=/run/containerd/containerd.sock $DOCKER_OPTS
+"""
+APT_CONF = 'APT::Keep-Downloaded-Packages "false";\n'
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
+def _layer_digest(name: str) -> str:
+    parents = [_layer_digest(p) for p in RUNTIME_LAYERS.get(name, ())[1:]] if name in RUNTIME_LAYERS else []
+    extra: tuple[object, ...] = ()
+    if name == "sim":
+        extra = (systemctl.RELEASE, systemctl.PATCHES, SYSTEMCTL_WRAPPER, SIM_INIT, SSHD_CONF, APT_CONF)
+    if name == "docker":
+        extra = (DOCKER_DROPIN,)
+    return _digest(name, LAYER_PACKAGES[name], parents, extra, _base_digest())
+
+
+def _base_digest() -> str:
+    return _digest(SUITE, BASE_PACKAGES)
+
+
+def _extract(tarball: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    run(["tar", "--zstd", "--xattrs", "--xattrs-include=trusted.*", "--numeric-owner", "-xpf", str(tarball),
+         "-C", str(target)], what=f"extracting {tarball.name}")
+
+
+def _archive(source: Path, tarball: Path) -> None:
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    partial = tarball.with_suffix(".partial")
+    run(["tar", "--zstd", "--xattrs", "--xattrs-include=trusted.*", "--numeric-owner", "-cpf", str(partial),
+         "-C", str(source), "."], what=f"caching {tarball.name}")
+    os.replace(partial, tarball)
+
+
+def _cached(paths: SimPaths, name: str, digest: str, target: Path, build: Callable[[Path], None],
+            say: Callable[[str], None]) -> None:
+    """Make ``target`` hold image ``name`` at ``digest``: as it is, from the cache, or built anew."""
+    stamp = target.parent / f".{target.name}.digest"
+    if target.is_dir() and stamp.exists() and stamp.read_text() == digest:
+        return
+    tarball = paths.cache / f"{name}-{digest}.tar.zst"
+    if tarball.exists():
+        say(f"extracting cached {name} image")
+        _extract(tarball, target)
+    else:
+        if target.exists():
+            shutil.rmtree(target)
+        target.mkdir(parents=True)
+        build(target)
+        say(f"caching {name} image as {tarball}")
+        _archive(target, tarball)
+    stamp.write_text(digest)
+
+
+def _debootstrap(target: Path, say: Callable[[str], None]) -> None:
+    mirror = os.environ.get("GPUNODE_DEBIAN_MIRROR") or debian_mirror()
+    say(f"debootstrap {SUITE} (minbase) from the host's Debian mirror: about a minute, once per machine")
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(target), mirror],
+        what="debootstrap of the node base image", timeout=1800)
+    for leftover in (target / "var/cache/apt/archives").glob("*.deb"):
+        leftover.unlink()
+
+
+def _chroot_build(paths: SimPaths, name: str, upper: Path, script: str) -> None:
+    """Run ``script`` in a chroot of the layers below ``name`` with ``upper`` taking the writes."""
+    lowers = [paths.layer(layer) for layer in RUNTIME_LAYERS.get(name, (name,))[1:]] + [paths.base_rootfs]
+    work = upper.parent / f".{name}.work"
+    merged = upper.parent / f".{name}.merged"
+    for folder in (work, merged):
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir()
+    lowerdir = ":".join(str(p) for p in lowers)
+    wrapper = textwrap.dedent(f"""\
+        set -e
+        mount -t overlay overlay -o lowerdir={lowerdir},upperdir={upper},workdir={work} {merged}
+        mount -t proc proc {merged}/proc
+        mount --rbind /dev {merged}/dev
+        mount -t tmpfs tmpfs {merged}/run
+        cp /etc/resolv.conf {merged}/etc/resolv.conf.gpunode-build
+        mount --bind /etc/resolv.conf {merged}/etc/resolv.conf
+        printf '#!/bin/sh\\nexit 101\\n' > {merged}/usr/sbin/policy-rc.d
+        chmod 755 {merged}/usr/sbin/policy-rc.d
+        chroot {merged} /bin/sh -e -c "$GPUNODE_LAYER_SCRIPT"
+        rm -f {merged}/usr/sbin/policy-rc.d {merged}/etc/resolv.conf.gpunode-build
+        """)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive",
+           "LC_ALL": "C.UTF-8", "GPUNODE_LAYER_SCRIPT": script}
+    try:
+        run(["unshare", "--mount", "--propagation", "private", "sh", "-c", wrapper],
+            what=f"building the {name} layer", env=env, timeout=1800)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(merged, ignore_errors=True)
+    # whiteouts of files the build itself created and removed are not part of the layer
+    for path in ("etc/resolv.conf.gpunode-build", "usr/sbin/policy-rc.d"):
+        candidate = upper / path
+        if candidate.is_char_device() or candidate.exists():
+            candidate.unlink()
+
+
+def _write(root: Path, path: str, text: str, mode: int = 0o644) -> None:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.is_char_device() or target.is_symlink():
+        target.unlink()  # an overlay whiteout or a link left by the build
+    target.write_text(text)
+    target.chmod(mode)
+
+
+def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
+    sources = systemctl.fetch(paths.cache / "wheels")
+    for file_name, text in sources.items():
+        _write(upper, f"{SIM_LIB}/{file_name}", text, 0o755)
+    script = f"""
+        for path in /usr/bin/systemctl /bin/systemctl /usr/bin/journalctl /bin/journalctl; do
+          dpkg-divert --local --no-rename --divert "$path.distrib" --add "$path" >/dev/null
+        done
+        mv /usr/bin/systemctl /usr/bin/systemctl.distrib
+        mv /usr/bin/journalctl /usr/bin/journalctl.distrib
+        rm -f /etc/ssh/ssh_host_*
+        : > /etc/machine-id
+        rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+    """
+    _chroot_build(paths, "sim", upper, script)
+    _write(upper, "/usr/bin/systemctl", SYSTEMCTL_WRAPPER, 0o755)
+    _write(upper, "/usr/bin/journalctl", JOURNALCTL_WRAPPER, 0o755)
+    _write(upper, "/usr/local/sbin/sim-init", SIM_INIT, 0o755)
+    _write(upper, "/usr/lib/systemd/system-preset/99-gpunode-sim.preset", "enable *\n")
+    _write(upper, "/etc/ssh/sshd_config.d/gpunode-sim.conf", SSHD_CONF)
+    _write(upper, "/etc/apt/apt.conf.d/99gpunode-sim", APT_CONF)
+
+
+def _build_runtime_layer(paths: SimPaths, name: str, upper: Path) -> None:
+    packages = " ".join(LAYER_PACKAGES[name])
+    script = f"""
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends {packages} >/dev/null
+        apt-get clean
+        rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+    """
+    _chroot_build(paths, name, upper, script)
+    if name == "docker":
+        _write(upper, "/etc/systemd/system/docker.service.d/gpunode-sim.conf", DOCKER_DROPIN)
+
+
+def prepare_images(paths: SimPaths, runtimes: set[str], say: Callable[[str], None]) -> None:
+    """Make the base image and the layers the given runtimes need ready, from cache when possible."""
+    _cached(paths, f"base-{SUITE}", _base_digest(), paths.base_rootfs,
+            lambda target: _debootstrap(target, say), say)
+    needed = {layer for runtime in runtimes for layer in RUNTIME_LAYERS[runtime]}
+    for layer in LAYER_ORDER:
+        if layer not in needed:
+            continue
+
+        def build(target: Path, layer: str = layer) -> None:
+            say(f"building the {layer} layer (once per machine)")
+            if layer == "sim":
+                _build_sim_layer(paths, target)
+            else:
+                _build_runtime_layer(paths, layer, target)
+
+        _cached(paths, f"layer-{layer}", _layer_digest(layer), paths.layer(layer), build, say)
+
+
+def lower_dirs(paths: SimPaths, runtime: str) -> list[Path]:
+    """The read-only layers of a node with ``runtime``, topmost first."""
+    if runtime not in RUNTIME_LAYERS:
+        raise GpunodeError(f"no image for runtime {runtime!r}")
+    return [paths.layer("tools")] + [paths.layer(layer) for layer in RUNTIME_LAYERS[runtime]] + [paths.base_rootfs]

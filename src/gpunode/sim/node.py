@@ -1,0 +1,268 @@
+"""One simulated node: its files on the host, its boot plan, and its processes.
+
+A node is a folder under the fleet's state (upper and work folders of its
+overlay root, real-disk data folders for containerd/docker/kubelet, its boot
+plan and console log) plus a handful of host processes: the namespaced init
+and the socat forwarders that connect its private network to the host's
+loopback (sshd) and the local repository to the node's 127.0.0.1:8080.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpunode.sim.gpus import driver_state
+from gpunode.sim.images import lower_dirs
+from gpunode.sim.paths import SimPaths
+from gpunode.sim.profiles import NodeSpec
+from gpunode.sim.ssh import ensure_key
+
+NVIDIA_MAJOR, UVM_MAJOR = 195, 237
+DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet")
+REPO_PORT = 8080
+DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
+
+
+def netns_name(node: str) -> str:
+    return f"gpunode-{node}"
+
+
+@dataclass
+class NodeProcess:
+    """A host process started for a node, identified by pid and a cmdline marker."""
+
+    role: str
+    pid: int
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        stat = Path(f"/proc/{self.pid}/stat")
+        return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+
+
+def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list]]:
+    """``/proc/driver`` files, ``/sys/module`` files and device nodes for a driver state."""
+    proc: dict[str, str] = {}
+    sysmod: dict[str, str] = {}
+    devices: list[list] = []
+    if state["nouveau"]:
+        sysmod["nouveau/initstate"] = "live\n"
+    if not state["loaded"]:
+        return proc, sysmod, devices
+    version = state["module_version"]
+    if state["kernel_module"] == "open":
+        banner = (f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {version}  Release Build  "
+                  f"(dvs-builder@U16-I3-B03-4-3)  {DRIVER_BUILD_DATE}")
+    else:
+        banner = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  {DRIVER_BUILD_DATE}"
+    proc["nvidia/version"] = f"{banner}\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
+    for module in ("nvidia", "nvidia_uvm", "nvidia_modeset"):
+        sysmod[f"{module}/version"] = f"{version}\n"
+        sysmod[f"{module}/initstate"] = "live\n"
+    for gpu in state["gpus"] if not state["no_devices"] else []:
+        bus = gpu["pci_bus_id"][4:]
+        proc[f"nvidia/gpus/{bus}/information"] = (
+            f"Model: \t\t {gpu['name']}\nIRQ:   \t\t 0\nGPU UUID: \t {gpu['uuid']}\n"
+            f"Video BIOS: \t 92.00.45.00.08\nBus Type: \t PCIe\nDMA Size: \t 47 bits\n"
+            f"DMA Mask: \t 0x7fffffffffff\nBus Location: \t {bus}\nDevice Minor: \t {gpu['minor']}\n"
+            "GPU Excluded:\t No\n")
+        devices.append([f"nvidia{gpu['minor']}", NVIDIA_MAJOR, gpu["minor"], 0o666])
+    if state["nvswitch_count"]:
+        proc["nvidia-nvswitch/devices"] = "".join(
+            f"0000:{0x05 + i:02x}:00.0\n" for i in range(state["nvswitch_count"]))
+    devices += [["nvidiactl", NVIDIA_MAJOR, 255, 0o666], ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666],
+                ["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
+    return proc, sysmod, devices
+
+
+class SimNode:
+    """A simulated node of the fleet."""
+
+    def __init__(self, paths: SimPaths, spec: NodeSpec) -> None:
+        self.paths = paths
+        self.spec = spec
+        self.dir = paths.node(spec.name)
+
+    @property
+    def upper(self) -> Path:
+        return self.dir / "upper"
+
+    @property
+    def console_log(self) -> Path:
+        return self.dir / "console.log"
+
+    @property
+    def ssh_socket(self) -> Path:
+        return self.dir / "sshd.sock"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    def prepare(self, authorized_key: str) -> str:
+        """Create the node's folders and per-node files; return its SSH host public key."""
+        for folder in ("upper", "work", "merged", *(f"data/{d.split('/')[-1]}" for d in DATA_DIRS)):
+            (self.dir / folder).mkdir(parents=True, exist_ok=True)
+        host_pub = ensure_key(self.host_key, f"root@{self.spec.name}")
+        state = driver_state(self.spec.name, self.spec.profile)
+        machine_id = uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.spec.name}.gpunode.sim").hex
+        files = {
+            "etc/hostname": f"{self.spec.name}\n",
+            "etc/hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.spec.name}\n::1\tlocalhost ip6-localhost\n",
+            "etc/machine-id": f"{machine_id}\n",
+            "etc/gpunode-sim/gpu.json": json.dumps(state, indent=2) + "\n",
+            "etc/gpunode-sim/profile.json": json.dumps(
+                {"profile": self.spec.profile_name, **self.spec.profile}, indent=2) + "\n",
+            "root/.ssh/authorized_keys": authorized_key + "\n",
+            "etc/ssh/ssh_host_ed25519_key": self.host_key.read_text(),
+            "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
+        }
+        for relative, text in files.items():
+            target = self.upper / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.is_char_device():
+                target.unlink()
+            target.write_text(text)
+        (self.upper / "root/.ssh").chmod(0o700)
+        (self.upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+        self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
+        fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
+        self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
+                   state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])
+        self._link("usr/bin/nv-fabricmanager", "/usr/lib/gpunode-sim/nv-fabricmanager",
+                   state["fabricmanager"]["installed"])
+        proc, sysmod, devices = driver_files(state)
+        plan = {
+            "hostname": self.spec.name,
+            "merged": str(self.dir / "merged"),
+            "upper": str(self.upper),
+            "work": str(self.dir / "work"),
+            "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.runtime)],
+            "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
+            "proc_driver": proc,
+            "sys_module": sysmod,
+            "devices": devices,
+        }
+        (self.dir / "boot.json").write_text(json.dumps(plan, indent=2))
+        return host_pub
+
+    def _link(self, relative: str, target: str, wanted: bool) -> None:
+        path = self.upper / relative
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        if wanted:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.symlink_to(target)
+
+    def start(self) -> list[NodeProcess]:
+        """Start the node and its forwarders; return the host processes to track."""
+        ns = netns_name(self.spec.name)
+        if not Path(f"/run/netns/{ns}").exists():
+            subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        log = self.console_log.open("ab")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        init = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--ipc", "--mount", "--pid", "--fork",
+             "--kill-child=SIGTERM", sys.executable, "-m", "gpunode.sim.nodeinit", str(self.dir / "boot.json")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        processes = [NodeProcess("init", init.pid)]
+        if self.ssh_socket.exists():
+            self.ssh_socket.unlink()
+        forwarders = {
+            "ssh-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
+                         f"UNIX-LISTEN:{self.ssh_socket},fork,mode=600", "TCP:127.0.0.1:22"],
+            "ssh-host": ["socat", f"TCP-LISTEN:22,bind={self.spec.address},reuseaddr,fork",
+                         f"UNIX-CONNECT:{self.ssh_socket}"],
+            "repo-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
+                          f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
+                          f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
+        }
+        for role, argv in forwarders.items():
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            processes.append(NodeProcess(role, proc.pid))
+        log.close()
+        return processes
+
+    def wait_ready(self, timeout: float) -> str | None:
+        """None once sshd answers on the node's address, else why not."""
+        deadline = time.monotonic() + timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.spec.address, 22), timeout=2) as conn:
+                    conn.settimeout(2)
+                    banner = conn.recv(64)
+                    if banner.startswith(b"SSH-2.0-"):
+                        return None
+                    last = f"unexpected banner {banner[:30]!r}"
+            except OSError as error:
+                last = str(error)
+            time.sleep(0.2)
+        return f"sshd did not answer on {self.spec.address}:22 within {timeout:.0f} s ({last})"
+
+    def console_tail(self, lines: int = 20) -> str:
+        if not self.console_log.exists():
+            return "(no console log)"
+        return "\n".join(self.console_log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def init_pid_of(unshare_pid: int) -> int | None:
+    """PID (host view) of the node's PID 1: the child of the ``unshare`` process."""
+    children = Path(f"/proc/{unshare_pid}/task/{unshare_pid}/children")
+    try:
+        first = children.read_text().split()
+    except OSError:
+        return None
+    return int(first[0]) if first else None
+
+
+def stop_processes(processes: list[NodeProcess], timeout: float = 15) -> None:
+    """Stop a node: SIGTERM its init (services stop cleanly), then SIGKILL what is left."""
+    init = next((p for p in processes if p.role == "init"), None)
+    node_pid1 = init_pid_of(init.pid) if init else None
+    targets = [p for p in processes if p.role != "init"]
+    for proc in targets:
+        _signal_group(proc.pid, signal.SIGTERM)
+    if node_pid1:
+        _signal(node_pid1, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    watched = [NodeProcess("pid1", node_pid1)] if node_pid1 else []
+    while time.monotonic() < deadline and any(p.alive() for p in watched):
+        time.sleep(0.1)
+    if node_pid1:
+        _signal(node_pid1, signal.SIGKILL)  # takes the whole PID namespace with it
+    for proc in processes:
+        _signal_group(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(p.alive() for p in processes):
+        time.sleep(0.05)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        _signal(pid, sig)

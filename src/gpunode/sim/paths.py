@@ -1,0 +1,57 @@
+"""Where the simulated fleet keeps its state (per machine) and its caches (shared by clones)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_STATE_DIR = "/var/lib/gpunode/sim"
+DEFAULT_CACHE_DIR = "/var/cache/gpunode"
+
+
+@dataclass(frozen=True)
+class SimPaths:
+    """The simulator's folders; ``GPUNODE_SIM_DIR`` and ``GPUNODE_CACHE_DIR`` move them."""
+
+    state: Path
+    cache: Path
+
+    @classmethod
+    def from_env(cls) -> SimPaths:
+        return cls(Path(os.environ.get("GPUNODE_SIM_DIR", DEFAULT_STATE_DIR)),
+                   Path(os.environ.get("GPUNODE_CACHE_DIR", DEFAULT_CACHE_DIR)))
+
+    @property
+    def base_rootfs(self) -> Path:
+        return self.state / "base" / "rootfs"
+
+    def layer(self, name: str) -> Path:
+        return self.state / "layers" / name
+
+    def node(self, name: str) -> Path:
+        return self.state / "nodes" / name
+
+    @property
+    def repo(self) -> Path:
+        return self.state / "repo"
+
+    @property
+    def run(self) -> Path:
+        return self.state / "run"
+
+    @property
+    def ssh(self) -> Path:
+        return self.state / "ssh"
+
+    @property
+    def fleet_file(self) -> Path:
+        return self.state / "fleet.json"
+
+    @property
+    def inventory_file(self) -> Path:
+        return self.state / "inventory.json"
+
+    @property
+    def ssh_config(self) -> Path:
+        return self.ssh / "config"
