@@ -23,7 +23,7 @@ from pathlib import Path
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, netns_name, stop_processes
+from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import NodeSpec, load_profile, plan_fleet
 from gpunode.sim.ssh import client_key, write_client_files
@@ -84,7 +84,8 @@ def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
     paths.run.mkdir(parents=True, exist_ok=True)
     log = (paths.run / "repo-server.log").open("ab")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")],
+    argv = [sys.executable, "-m", "gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")]
+    proc = subprocess.Popen(argv,
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, env=env)
     log.close()
@@ -166,10 +167,12 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         state.data["nodes"][spec.name] = {"address": spec.address, "profile": spec.profile_name,
                                           "runtime": spec.runtime, "gpu_count": gpu_count, "pids": {}}
         state.save()
+        def record(proc: NodeProcess, name: str = spec.name) -> None:
+            state.data["nodes"][name]["pids"][proc.role] = proc.pid
+            state.save()
+
         try:
-            for proc in node.start():
-                state.data["nodes"][spec.name]["pids"][proc.role] = proc.pid
-                state.save()
+            node.start(record)
         except (OSError, subprocess.CalledProcessError) as error:
             report.nodes.append(NodeResult(spec.name, spec.address, spec.profile_name, spec.runtime,
                                            f"could not start: {error}", node.console_tail()))
@@ -177,7 +180,8 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         to_wait.append(node)
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(to_wait)))) as pool:
         waits = dict(zip([n.spec.name for n in to_wait],
-                         pool.map(lambda n: n.wait_ready(READY_TIMEOUT), to_wait), strict=True))
+                         pool.map(lambda n: n.wait_ready(READY_TIMEOUT, state.processes(n.spec.name)), to_wait),
+                         strict=True))
     for node in nodes:
         spec = node.spec
         if any(r.name == spec.name for r in report.nodes):
@@ -205,7 +209,7 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(chosen)))) as pool:
         list(pool.map(lambda n: stop_processes(state.processes(n)), chosen))
     for name in chosen:
-        subprocess.run(["ip", "netns", "del", netns_name(name)], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", netns_of(paths, name)], capture_output=True, check=False)
         sock = paths.node(name) / "sshd.sock"
         if sock.exists():
             sock.unlink()
@@ -217,6 +221,10 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         if repo_pid:
             stop_processes([NodeProcess("repo", repo_pid)])
         state.save()
+        strays = _stray_processes(paths)
+        if strays:
+            say(f"stopping {len(strays)} process(es) of this fleet that were not recorded")
+            stop_processes([NodeProcess("init" if "nodeinit" in cmd else "stray", pid) for pid, cmd in strays])
         for leftover in (paths.inventory_file,):
             if leftover.exists():
                 leftover.unlink()
@@ -232,20 +240,32 @@ def leftovers(paths: SimPaths) -> list[str]:
         if fields[4].startswith(state_dir):
             found.append(f"mount {fields[4]}")
     state = FleetState(paths)
-    for ns in sorted(Path("/run/netns").glob("gpunode-*")) if Path("/run/netns").exists() else []:
-        if ns.name.removeprefix("gpunode-") not in state.data["nodes"]:
+    prefix = f"gpunode{paths.net_block}-"
+    for ns in sorted(Path("/run/netns").glob(f"{prefix}*")) if Path("/run/netns").exists() else []:
+        if ns.name.removeprefix(prefix) not in state.data["nodes"]:
             found.append(f"network namespace {ns.name}")
     if not state.data["nodes"]:
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit() or int(proc.name) == os.getpid():
-                continue
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if state_dir in cmdline and "gpunode" in cmdline and "sim down" not in cmdline:
-                found.append(f"process {proc.name}: {cmdline.strip()[:120]}")
+        found += [f"process {pid}: {cmdline[:120]}" for pid, cmdline in _stray_processes(paths)]
     return found
+
+
+def _stray_processes(paths: SimPaths) -> list[tuple[int, str]]:
+    """Host processes whose command line names this fleet's state folder (other than this one)."""
+    strays = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) in (os.getpid(), os.getppid()):
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if f"{paths.state}/" in cmdline and "gpunode" not in cmdline.split()[0]:
+            strays.append((int(proc.name), cmdline))
+    return strays
+
+
+def netns_of(paths: SimPaths, node: str) -> str:
+    return f"gpunode{paths.net_block}-{node}"
 
 
 def status(paths: SimPaths) -> list[dict]:

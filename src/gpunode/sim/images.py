@@ -179,7 +179,7 @@ def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
     sources = systemctl.fetch(paths.cache / "wheels")
     for file_name, text in sources.items():
         _write(upper, f"{SIM_LIB}/{file_name}", text, 0o755)
-    script = f"""
+    script = """
         for path in /usr/bin/systemctl /bin/systemctl /usr/bin/journalctl /bin/journalctl; do
           dpkg-divert --local --no-rename --divert "$path.distrib" --add "$path" >/dev/null
         done

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +31,6 @@ NVIDIA_MAJOR, UVM_MAJOR = 195, 237
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet")
 REPO_PORT = 8080
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
-
-
-def netns_name(node: str) -> str:
-    return f"gpunode-{node}"
 
 
 @dataclass
@@ -168,22 +165,26 @@ class SimNode:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.symlink_to(target)
 
-    def start(self) -> list[NodeProcess]:
-        """Start the node and its forwarders; return the host processes to track."""
-        ns = netns_name(self.spec.name)
+    def start(self, record: Callable[[NodeProcess], None]) -> None:
+        """Start the node and its forwarders, handing each host process to ``record`` as it starts.
+
+        SIGINT is held back between a process's start and its recording, so an
+        interrupted ``up`` never leaves a process that ``down`` does not know.
+        """
+        ns = self.spec.netns
         if not Path(f"/run/netns/{ns}").exists():
             subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
         log = self.console_log.open("ab")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        init = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--ipc", "--mount", "--pid", "--fork",
-             "--kill-child=SIGTERM", sys.executable, "-m", "gpunode.sim.nodeinit", str(self.dir / "boot.json")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        processes = [NodeProcess("init", init.pid)]
+        commands = {
+            "init": ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--ipc", "--mount", "--pid",
+                     "--fork", "--kill-child=SIGTERM", sys.executable, "-m", "gpunode.sim.nodeinit",
+                     str(self.dir / "boot.json")],
+        }
         if self.ssh_socket.exists():
             self.ssh_socket.unlink()
-        forwarders = {
+        commands |= {
             "ssh-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                          f"UNIX-LISTEN:{self.ssh_socket},fork,mode=600", "TCP:127.0.0.1:22"],
             "ssh-host": ["socat", f"TCP-LISTEN:22,bind={self.spec.address},reuseaddr,fork",
@@ -192,18 +193,26 @@ class SimNode:
                           f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
                           f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
         }
-        for role, argv in forwarders.items():
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            processes.append(NodeProcess(role, proc.pid))
-        log.close()
-        return processes
+        try:
+            for role, argv in commands.items():
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True, env=env)
+                    record(NodeProcess(role, proc.pid))
+                finally:
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        finally:
+            log.close()
 
-    def wait_ready(self, timeout: float) -> str | None:
-        """None once sshd answers on the node's address, else why not."""
+    def wait_ready(self, timeout: float, processes: list[NodeProcess]) -> str | None:
+        """None once sshd answers on the node's address, else why not (at once if a process died)."""
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
+            dead = [p.role for p in processes if not p.alive()]
+            if dead:
+                return f"{', '.join(dead)} exited before sshd answered on {self.spec.address}:22"
             try:
                 with socket.create_connection((self.spec.address, 22), timeout=2) as conn:
                     conn.settimeout(2)

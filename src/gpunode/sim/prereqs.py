@@ -24,7 +24,7 @@ REQUIRED_TOOLS = {
 }
 
 
-def check_host() -> None:
+def check_host(filesystems_file: Path = Path("/proc/filesystems")) -> None:
     """Raise with the first missing piece and how to get it; return quietly when all is there."""
     if os.geteuid() != 0:
         raise GpunodeError("the simulated fleet needs root (namespaces, overlay mounts, mknod)",
@@ -33,7 +33,7 @@ def check_host() -> None:
         if shutil.which(tool) is None:
             raise GpunodeError(f"{tool} is not installed",
                                f"apt-get install {package}   (all at once: apt-get install {HOST_PACKAGES})")
-    filesystems = Path("/proc/filesystems").read_text() if Path("/proc/filesystems").exists() else ""
+    filesystems = filesystems_file.read_text() if filesystems_file.exists() else ""
     if "overlay" not in filesystems.split():
         raise GpunodeError("this kernel has no overlayfs (not listed in /proc/filesystems)",
                            "load it with 'modprobe overlay', or use a kernel built with CONFIG_OVERLAY_FS")

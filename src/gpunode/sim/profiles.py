@@ -33,6 +33,7 @@ class NodeSpec:
     index: int
     profile_name: str
     profile: dict
+    net_block: int = 10
 
     @property
     def runtime(self) -> str:
@@ -40,7 +41,11 @@ class NodeSpec:
 
     @property
     def address(self) -> str:
-        return f"127.0.10.{self.index}"
+        return f"127.0.{self.net_block}.{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"gpunode{self.net_block}-{self.name}"
 
 
 def builtin_profiles() -> list[str]:
@@ -106,7 +111,8 @@ def node_name(index: int) -> str:
     return f"node{index:02d}"
 
 
-def plan_fleet(count: int | None, fleet_file: str | None, overrides: list[str]) -> list[NodeSpec]:
+def plan_fleet(count: int | None, fleet_file: str | None, overrides: list[str],
+               net_block: int = 10) -> list[NodeSpec]:
     """Node specs from a fleet file, or ``count`` nodes cycling the default profiles.
 
     ``overrides`` are ``NODE=PROFILE`` strings from the command line.
@@ -144,5 +150,5 @@ def plan_fleet(count: int | None, fleet_file: str | None, overrides: list[str]) 
         if not name.replace("-", "").isalnum() or len(name) > 40:
             raise GpunodeError(f"node name {name!r} is not a valid host name",
                                "use letters, digits and '-' (at most 40)")
-        specs.append(NodeSpec(name, index, profile, load_profile(profile)))
+        specs.append(NodeSpec(name, index, profile, load_profile(profile), net_block))
     return specs

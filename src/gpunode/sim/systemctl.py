@@ -36,11 +36,13 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
     (
         "KillMode=process waits for the main process only (else restarting sshd from ssh hangs 90 s)",
         "        pidlist = self.pidlist_of(mainpid) # here\n",
-        "        pidlist = [mainpid] if useKillMode == \"process\" else self.pidlist_of(mainpid) # gpunode\n",
+        "        pidlist = [mainpid] if useKillMode == \"process\" else self.pidlist_of(mainpid)"
+        " # gpunode\n",
     ),
     (
         "poll stopped services every 50 ms rather than every second",
-        "                break\n            time.sleep(1) # until TimeoutStopSec\n        if dead or not doSendSIGKILL:",
+        "                break\n            time.sleep(1) # until TimeoutStopSec\n"
+        "        if dead or not doSendSIGKILL:",
         "                break\n            time.sleep(0.05) # gpunode\n        if dead or not doSendSIGKILL:",
     ),
     (

@@ -48,7 +48,7 @@ def uses_dropin() -> bool:
 
 
 def log(level: str, msg: str) -> None:
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     escaped = msg.replace("\\", "\\\\").replace('"', '\\"')
     print(f'time="{now}" level={level} msg="{escaped}"', file=sys.stderr)
 

@@ -1,0 +1,184 @@
+"""``gpunode sim``: bring the simulated GPU fleet up and down, look at it, get into it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import click
+
+from gpunode.errors import GpunodeError
+from gpunode.sim import fleet
+from gpunode.sim.gpus import FAULTS, MODELS
+from gpunode.sim.paths import SimPaths
+from gpunode.sim.profiles import builtin_profiles, plan_fleet
+
+
+def say(message: str) -> None:
+    click.echo(f"  {message}", err=True)
+
+
+@click.group()
+def sim() -> None:
+    """A fleet of simulated GPU nodes on this machine (root; Debian/Ubuntu host).
+
+    Each node is a real Debian 12 userspace with its own sshd (127.0.10.N:22), apt and
+    container runtime; only the NVIDIA driver layer and the toolkit apt repository are
+    stand-ins. State lives in /var/lib/gpunode/sim (GPUNODE_SIM_DIR), cached images in
+    /var/cache/gpunode (GPUNODE_CACHE_DIR).
+
+    \b
+    Examples:
+      gpunode sim up                          # node01 A100x4/containerd, node02 V100x2/docker, node03 CPU
+      gpunode sim up -n 20                    # 20 nodes cycling the built-in profiles
+      gpunode sim up --profile node03=h100x8-nvswitch
+      gpunode sim status
+      ssh -F /var/lib/gpunode/sim/ssh/config node01 nvidia-smi -L
+      gpunode sim down
+    """
+
+
+@sim.command()
+@click.option("-n", "--nodes", "count", type=int, default=None, help="Number of nodes (default 3).")
+@click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), default=None,
+              help="YAML fleet file: 'nodes: {node01: a100x4-containerd, ...}'.")
+@click.option("--profile", "overrides", multiple=True, metavar="NODE=PROFILE",
+              help="Give NODE another profile (a built-in name or a YAML file); repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def up(count: int | None, fleet_file: str | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Start the simulated fleet and print how to reach it.
+
+    \b
+    Examples:
+      gpunode sim up
+      gpunode sim up -n 4 --profile node04=h100x8-nvswitch
+      gpunode sim up --fleet my-fleet.yaml
+    Built-in profiles: see 'gpunode sim profiles'.
+    """
+    paths = SimPaths.from_env()
+    specs = plan_fleet(count, fleet_file, list(overrides), paths.net_block)
+    click.echo(f"gpunode sim: starting {len(specs)} node(s)", err=True)
+    try:
+        report = fleet.up(paths, specs, say)
+    except KeyboardInterrupt:
+        click.echo("gpunode sim: interrupted; stopping what was started", err=True)
+        fleet.down(paths, say)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps({"ssh_config": str(report.ssh_config), "inventory": str(report.inventory),
+                               "nodes": [vars(n) for n in report.nodes]}, indent=2))
+    else:
+        click.echo(f"{'NODE':<8} {'ADDRESS':<13} {'PROFILE':<20} {'RUNTIME':<11} STATE")
+        for node in report.nodes:
+            click.echo(f"{node.name:<8} {node.address:<13} {node.profile:<20} {node.runtime:<11} "
+                       f"{'FAILED' if node.error else 'up'}")
+        click.echo(f"\nssh config: {report.ssh_config}   (ssh -F {report.ssh_config} node01 nvidia-smi -L)")
+        click.echo(f"inventory:  {report.inventory}   (pyinfra inventories/sim.py exec -- nvidia-smi -L)")
+    for node in report.failed:
+        click.echo(f"\n{node.name} failed: {node.error}\n--- console log of {node.name} ---\n{node.console}",
+                   err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@sim.command()
+@click.argument("nodes", nargs=-1)
+@click.option("--purge", is_flag=True, help="Also delete the fleet's state folder (images stay cached).")
+def down(nodes: tuple[str, ...], purge: bool) -> None:
+    """Stop the fleet (or the named nodes): nothing stays mounted or running.
+
+    \b
+    Examples:
+      gpunode sim down
+      gpunode sim down node02
+      gpunode sim down --purge
+    """
+    paths = SimPaths.from_env()
+    if not paths.fleet_file.exists():
+        click.echo("gpunode sim: no fleet is running", err=True)
+        left = fleet.leftovers(paths) if paths.state.exists() else []
+    else:
+        left = fleet.down(paths, say, list(nodes) or None)
+    if purge and not nodes:
+        fleet.destroy(paths, say)
+    if left:
+        raise GpunodeError("left behind on the host: " + "; ".join(left),
+                           "run 'gpunode sim down' again; report it if it stays")
+
+
+@sim.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(as_json: bool) -> None:
+    """Show the fleet's nodes and whether each is running.
+
+    \b
+    Example:
+      gpunode sim status
+    """
+    rows = fleet.status(SimPaths.from_env())
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no simulated fleet is running (start one with 'gpunode sim up')")
+        return
+    click.echo(f"{'NODE':<8} {'ADDRESS':<13} {'PROFILE':<20} {'RUNTIME':<11} {'GPUS':<5} STATE")
+    for row in rows:
+        click.echo(f"{row['name']:<8} {row['address']:<13} {row['profile']:<20} {row['runtime']:<11} "
+                   f"{row['gpus']:<5} {row['state']}")
+    if any(row["state"] != "running" for row in rows):
+        sys.exit(1)
+
+
+@sim.command(context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(node: str, command: tuple[str, ...]) -> None:
+    """Open SSH to a node, or run COMMAND there (host keys checked).
+
+    \b
+    Examples:
+      gpunode sim ssh node01
+      gpunode sim ssh node01 nvidia-smi -L
+    """
+    paths = SimPaths.from_env()
+    fleet.node_pid1(paths, node)  # clear error for unknown or stopped nodes
+    ssh_bin = shutil.which("ssh")
+    if not ssh_bin:
+        raise GpunodeError("ssh is not installed", "apt-get install openssh-client")
+    os.execv(ssh_bin, [ssh_bin, "-F", str(paths.ssh_config), node, *command])
+
+
+@sim.command(name="exec", context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def exec_(node: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND inside a node's namespaces without SSH (works when sshd is broken).
+
+    \b
+    Examples:
+      gpunode sim exec node01 -- systemctl status containerd
+      gpunode sim exec node02 -- cat /etc/docker/daemon.json
+    """
+    pid = fleet.node_pid1(SimPaths.from_env(), node)
+    nsenter = shutil.which("nsenter") or "nsenter"
+    os.execv(nsenter, [nsenter, "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-r", "-w",
+                       "env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                       "HOME=/root", *command])
+
+
+@sim.command()
+def profiles() -> None:
+    """List the built-in node profiles, GPU models and injectable faults.
+
+    \b
+    Example:
+      gpunode sim profiles
+    """
+    click.echo("profiles: " + ", ".join(builtin_profiles()))
+    click.echo("gpu models: " + ", ".join(f"{k} ({m.product_name})" for k, m in MODELS.items()))
+    click.echo("faults:")
+    for name, meaning in FAULTS.items():
+        click.echo(f"  {name}: {meaning}")

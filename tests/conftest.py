@@ -1,0 +1,58 @@
+"""Shared fixtures: the simulated fleet for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GPUNODE = [sys.executable, "-m", "gpunode.cli"]
+
+
+def fleet_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "the simulated fleet needs root"
+    for tool in ("debootstrap", "socat", "unshare", "zstd"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (run scripts/setup-host)"
+    return None
+
+
+def gpunode(*args: str, env: dict[str, str], timeout: float = 900, check: bool = True,
+            ) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*GPUNODE, *args], capture_output=True, text=True, env=env, timeout=timeout,
+                            cwd=REPO, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"gpunode {' '.join(args)} exited {result.returncode}\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def sim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for a test fleet: its own state folder, the machine's shared image cache."""
+    reason = fleet_unavailable()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("sim")
+    # block 20, not the default 10: a demo fleet may be running on this machine
+    return {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_SIM_NET": "20", "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.fixture(scope="session")
+def fleet(sim_env: dict[str, str]) -> Iterator[dict]:
+    """Three running nodes (A100/containerd, V100/docker, CPU-only), torn down at the end."""
+    up = gpunode("sim", "up", "--json", env=sim_env)
+    info = json.loads(up.stdout)
+    info["env"] = sim_env
+    info["up_stderr"] = up.stderr
+    try:
+        yield info
+    finally:
+        gpunode("sim", "down", env=sim_env, check=False)
