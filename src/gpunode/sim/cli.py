@@ -59,7 +59,6 @@ def up(count: int | None, fleet_file: str | None, overrides: tuple[str, ...], as
     """
     paths = SimPaths.from_env()
     specs = plan_fleet(count, fleet_file, list(overrides), paths.net_block)
-    click.echo(f"gpunode sim: starting {len(specs)} node(s)", err=True)
     try:
         report = fleet.up(paths, specs, say)
     except KeyboardInterrupt:

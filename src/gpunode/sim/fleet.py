@@ -143,6 +143,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         raise GpunodeError(f"{', '.join(clash)} already running with another profile",
                            "run 'gpunode sim down' first, or keep the running profiles")
     started = time.monotonic()
+    say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
     write_tools_layer(paths.layer("tools"))
     repo = build_repo(paths.repo)
