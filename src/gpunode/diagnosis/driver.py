@@ -1,0 +1,139 @@
+"""Diagnosis of the driver step: is the NVIDIA driver loaded, recent enough, consistent and complete?"""
+
+from __future__ import annotations
+
+import re
+
+from gpunode.diagnosis import Finding, Severity
+from gpunode.settings import NodeSettings, version_key
+
+STEP = "driver"
+DRIVER_DOWN = "couldn't communicate with the NVIDIA driver"
+MISMATCH = "Driver/library version mismatch"
+# Minimum drivers per GPU generation (NVIDIA's support matrix; see the shared node facts).
+GENERATION_MINIMUM = {"ampere": "450.51.05", "ada": "520.61.05", "hopper": "520.61.05", "blackwell": "570.26"}
+FAMILY_BY_COMPUTE_MAJOR = {"7.0": "volta", "7.2": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere",
+                           "8.7": "ampere", "8.9": "ada", "9.0": "hopper"}
+FAMILY_BY_NAME = (("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"), ("GH200", "hopper"),
+                  ("B200", "blackwell"), ("B100", "blackwell"), ("A100", "ampere"), ("A800", "ampere"),
+                  ("A40", "ampere"), ("A30", "ampere"), ("A10", "ampere"), ("L40", "ada"), ("L4", "ada"),
+                  ("V100", "volta"), ("T4", "turing"))
+
+
+def gpu_family(name: str, compute_cap: str | None) -> str | None:
+    """The architecture family of a GPU, from its compute capability or else its product name."""
+    if compute_cap:
+        if compute_cap in FAMILY_BY_COMPUTE_MAJOR:
+            return FAMILY_BY_COMPUTE_MAJOR[compute_cap]
+        if compute_cap.split(".")[0] in ("10", "12"):
+            return "blackwell"
+    for marker, family in FAMILY_BY_NAME:
+        if re.search(rf"\b{marker}\b", name):
+            return family
+    return None
+
+
+def fail(what: str, evidence: list[str], fix: str) -> Finding:
+    return Finding(STEP, Severity.FAIL, what, evidence, fix)
+
+
+def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
+    """Findings for the driver step; an empty list means the driver is fit for containers."""
+    smi = state["nvidia_smi"]
+    rc, output = smi["rc"], smi["output"]
+    first = output[0] if output else ""
+    modules = state["modules"]
+    if rc == 127 and not state["module_version"] and not state["devices"]:
+        if "nouveau" in modules:
+            return [nouveau_finding(modules)]
+        if settings.gpu_required:
+            return [fail("no NVIDIA driver is installed (nvidia-smi not found, no nvidia module, no /dev/nvidia*)",
+                         ["command -v nvidia-smi: not found"],
+                         "install the NVIDIA driver (e.g. apt-get install nvidia-driver-550-server) and reboot, "
+                         "or set gpu_required: false for this host")]
+        return [Finding(STEP, Severity.SKIP, "CPU-only host: no NVIDIA driver and no GPU (gpu_required is false)",
+                        ["command -v nvidia-smi: not found"])]
+    if "nouveau" in modules and "nvidia" not in modules:
+        return [nouveau_finding(modules)]
+    if rc == 9 or DRIVER_DOWN in first:
+        return [fail("the NVIDIA kernel module is not loaded: nvidia-smi cannot reach the driver",
+                     [f"nvidia-smi (exit {rc}): {first}"],
+                     "load it with 'modprobe nvidia' and read 'dmesg | grep -i nvrm' if that fails "
+                     "(Secure Boot: 'Key was rejected by service' means the module is not signed)")]
+    if MISMATCH in " ".join(output) or rc == 18:
+        return [fail("driver upgraded without reboot: the loaded kernel module and the user-space driver differ",
+                     [f"nvidia-smi (exit {rc}): {first}",
+                      f"/sys/module/nvidia/version: {state['module_version'] or 'absent'}"],
+                     "reboot the node (drain it first) so the new kernel module loads")]
+    if rc == 15 or "GPU is lost" in " ".join(output):
+        return [fail("a GPU has fallen off the bus (Xid 79): the driver lost it",
+                     [f"nvidia-smi (exit {rc}): {first}"],
+                     "drain and reboot the node; if it recurs, check the GPU's power and seating (hardware ticket)")]
+    if rc == 6 or "No devices were found" in first:
+        return [fail("the driver is loaded but no GPU initialised", [f"nvidia-smi (exit {rc}): {first}"],
+                     "check 'dmesg | grep -i nvrm' (probe errors, nouveau, NVRM: The NVIDIA probe routine...)")]
+    if rc != 0 or not smi["gpus"]:
+        return [fail(f"nvidia-smi failed (exit {rc})", output[:3] or ["no output"],
+                     "run 'nvidia-smi' on the node and read its message")]
+    return healthy_driver_checks(state, settings)
+
+
+def nouveau_finding(modules: list[str]) -> Finding:
+    return fail("nouveau is bound to the GPUs instead of the NVIDIA driver",
+                [f"lsmod: {', '.join(modules)}"],
+                "blacklist nouveau ('blacklist nouveau' and 'options nouveau modeset=0' in "
+                "/etc/modprobe.d/blacklist-nouveau.conf), update-initramfs -u, reboot")
+
+
+def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
+    findings: list[Finding] = []
+    gpus = state["nvidia_smi"]["gpus"]
+    driver = gpus[0]["driver_version"]
+    if version_key(driver) < version_key(settings.driver_min_version):
+        findings.append(fail(f"driver {driver} is older than the configured minimum {settings.driver_min_version}",
+                             [f"nvidia-smi driver_version: {driver}"],
+                             f"upgrade the driver to {settings.driver_min_version} or later, or lower "
+                             "driver_min_version in the inventory"))
+    for gpu in gpus:
+        family = gpu_family(gpu["name"], gpu["compute_cap"])
+        minimum = GENERATION_MINIMUM.get(family or "")
+        if minimum and version_key(driver) < version_key(minimum):
+            findings.append(fail(f"driver {driver} is too old for {gpu['name']} ({family}: needs >= {minimum})",
+                                 [f"GPU {gpu['index']}: {gpu['name']}, driver {driver}"],
+                                 f"upgrade the driver to {minimum} or later"))
+            break
+    module = state["module_version"]
+    if module and module != driver:
+        findings.append(fail("driver upgraded without reboot: the loaded kernel module and the user-space driver "
+                             "differ", [f"/sys/module/nvidia/version: {module}", f"nvidia-smi driver: {driver}"],
+                             "reboot the node (drain it first) so the new kernel module loads"))
+    expected = ["/dev/nvidiactl"] + [f"/dev/nvidia{gpu['index']}" for gpu in gpus]
+    missing = [d for d in expected if d not in state["devices"]]
+    if missing:
+        findings.append(fail(f"device nodes missing: {', '.join(missing)}",
+                             [f"present: {', '.join(state['devices']) or 'none'}"],
+                             "run 'nvidia-modprobe -c 0 -u' or 'nvidia-smi' as root once to create them, or "
+                             "install the nvidia-persistenced service"))
+    if state["nvswitch_count"]:
+        findings += fabric_checks(state, driver)
+    return findings
+
+
+def fabric_checks(state: dict, driver: str) -> list[Finding]:
+    fm = state["fabricmanager"]
+    evidence = [f"/proc/driver/nvidia-nvswitch/devices: {state['nvswitch_count']} NVSwitch(es)",
+                f"systemctl is-active nvidia-fabricmanager: {fm['active']}"]
+    if fm["active"] != "active":
+        return [fail("NVSwitch node without a running nvidia-fabricmanager: CUDA fails with error 802 "
+                     "'system not yet initialized'", evidence + [f"fabric: {', '.join(state['fabric']) or 'unknown'}"],
+                     f"apt-get install nvidia-fabricmanager-{driver.split('.')[0]}={driver}-1 (the driver's exact "
+                     "version) and systemctl enable --now nvidia-fabricmanager")]
+    if fm["version"] and fm["version"] != driver:
+        return [fail(f"nvidia-fabricmanager {fm['version']} does not match driver {driver}",
+                     evidence + [f"nv-fabricmanager --version: {fm['version']}"],
+                     f"install nvidia-fabricmanager at exactly {driver} and restart it")]
+    if state["fabric"] and any(not line.startswith("Completed") for line in state["fabric"]):
+        return [fail("NVSwitch fabric is not initialised (state is not Completed)",
+                     evidence + [f"nvidia-smi fabric.state, fabric.status: {'; '.join(state['fabric'])}"],
+                     "systemctl restart nvidia-fabricmanager and read journalctl -u nvidia-fabricmanager")]
+    return []

@@ -1,0 +1,150 @@
+"""Diagnosis of the runtime step: does the runtime's EFFECTIVE config hand GPUs to containers as asked?
+
+Reads containerd's merged config (``containerd config dump``), so a runtime
+written by either toolkit layout (in place, or drop-in plus ``imports``) counts,
+and a drop-in that shadows the main config is seen as containerd sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+from gpunode.diagnosis import Finding, Severity
+from gpunode.facts.runtime import CONTAINERD_CONFIG, DOCKER_CONFIG
+from gpunode.settings import NodeSettings
+
+STEP = "runtime"
+RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
+CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+
+
+def fail(code: str, what: str, evidence: list[str], fix: str) -> Finding:
+    return Finding(STEP, Severity.FAIL, what, evidence, fix, code)
+
+
+def chosen_runtime(state: dict, settings: NodeSettings) -> str | None:
+    """The runtime to configure: the inventory's choice, else docker when dockerd exists, else containerd."""
+    if settings.container_runtime != "auto":
+        return settings.container_runtime
+    for runtime in ("docker", "containerd"):
+        if runtime in state["installed"]:
+            return runtime
+    return None
+
+
+def toml_error(text: str) -> str | None:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        return str(error)
+    return None
+
+
+def json_error(text: str) -> str | None:
+    if not text.strip():
+        return "the file is empty (docker and nvidia-ctk both refuse it: 'unable to load config ... EOF')"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as error:
+        return f"{error.msg} (line {error.lineno}, column {error.colno})"
+    return None
+
+
+def cri_table(config: dict) -> dict:
+    version = int(config.get("version", 2))
+    return config.get("plugins", {}).get(CRI_PLUGINS.get(version, CRI_PLUGINS[2]), {})
+
+
+def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
+    runtime = chosen_runtime(state, settings)
+    if runtime is None:
+        return [fail("no-runtime", "no container runtime is installed (neither containerd nor docker)",
+                     [f"installed: {', '.join(state['installed']) or 'none'}"],
+                     "install the node's runtime first (containerd for Kubernetes)")]
+    if runtime not in state["installed"]:
+        return [fail("no-runtime", f"container_runtime is {runtime} but {runtime} is not installed",
+                     [f"installed: {', '.join(state['installed']) or 'none'}"],
+                     f"install {runtime}, or set container_runtime to one that is installed")]
+    findings = diagnose_containerd(state, settings) if runtime == "containerd" else diagnose_docker(state, settings)
+    status = state["active"].get(runtime, "unknown")
+    if status != "active" and not any(f.code == "config-invalid" for f in findings):
+        findings.append(fail("runtime-down", f"{runtime} is not running", [f"systemctl is-active {runtime}: {status}"],
+                             f"systemctl restart {runtime}; journalctl -u {runtime} -n 50 says why it stopped"))
+    return findings
+
+
+def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
+    text = state["containerd_config"]
+    if text is not None:
+        error = toml_error(text)
+        if error:
+            return [fail("config-invalid", f"{CONTAINERD_CONFIG} is not valid TOML: gpunode will not touch it",
+                         [error], f"repair {CONTAINERD_CONFIG} by hand (or move it away to get a fresh base config)")]
+    for path, dropin in state["containerd_dropins"].items():
+        error = toml_error(dropin)
+        if error:
+            return [fail("config-invalid", f"{path} is not valid TOML: gpunode will not touch it", [error],
+                         f"repair or remove {path}")]
+    dump = state["containerd_dump"]
+    if dump is None or dump["rc"] != 0:
+        return [fail("config-rejected", "containerd rejects its configuration ('containerd config dump' failed)",
+                     (dump["text"].splitlines()[-3:] if dump else ["containerd config dump: not run"]),
+                     f"repair {CONTAINERD_CONFIG}; 'containerd config dump' must succeed")]
+    effective = tomllib.loads(dump["text"])
+    cri = cri_table(effective)
+    runtimes = cri.get("containerd", {}).get("runtimes", {})
+    findings = []
+    if text is None or "runc" not in runtimes:
+        findings.append(fail("base-config-missing",
+                             f"{CONTAINERD_CONFIG} is {'missing' if text is None else 'a stub without a runc runtime'}"
+                             ": the CRI plugin has no base runtime for nvidia to copy",
+                             [f"effective runtimes: {', '.join(runtimes) or 'none'}"],
+                             "gpunode writes 'containerd config default' as the base (re-run deploys/runtime.py)"))
+    nvidia = runtimes.get("nvidia")
+    binary = (nvidia or {}).get("options", {}).get("BinaryName")
+    if nvidia is None or binary != RUNTIME_BINARY:
+        findings.append(fail("nvidia-runtime-missing",
+                             "containerd's effective config has no nvidia runtime" if nvidia is None
+                             else f"containerd's nvidia runtime runs {binary!r}, not {RUNTIME_BINARY}",
+                             [f"containerd config dump: runtimes = {', '.join(runtimes) or 'none'}"],
+                             "re-run deploys/runtime.py (nvidia-ctk runtime configure --runtime=containerd)"))
+    default = cri.get("containerd", {}).get("default_runtime_name", "runc")
+    if settings.nvidia_runtime_default != (default == "nvidia"):
+        want = "nvidia" if settings.nvidia_runtime_default else "not nvidia"
+        findings.append(fail("default-runtime-wrong", f"containerd's default runtime is {default!r}; the inventory "
+                             f"asks for {want} (nvidia_runtime_default: {settings.nvidia_runtime_default})",
+                             [f"containerd config dump: default_runtime_name = {default!r}"],
+                             "re-run deploys/runtime.py"))
+    if settings.cdi_enabled and not cri.get("enable_cdi", False):
+        findings.append(fail("cdi-missing", "CDI is not enabled in containerd's CRI plugin (cdi_enabled: true)",
+                             ["containerd config dump: enable_cdi is false"], "re-run deploys/runtime.py"))
+    return findings
+
+
+def diagnose_docker(state: dict, settings: NodeSettings) -> list[Finding]:
+    text = state["docker_config"]
+    config: dict = {}
+    if text is not None:
+        error = json_error(text)
+        if error and text.strip():
+            return [fail("config-invalid", f"{DOCKER_CONFIG} is not valid JSON: gpunode will not touch it", [error],
+                         f"repair {DOCKER_CONFIG} by hand")]
+        config = json.loads(text) if not error else {}
+    findings = []
+    nvidia = config.get("runtimes", {}).get("nvidia")
+    if not nvidia or nvidia.get("path") not in ("nvidia-container-runtime", RUNTIME_BINARY):
+        findings.append(fail("nvidia-runtime-missing", f"{DOCKER_CONFIG} has no nvidia runtime",
+                             [f"{DOCKER_CONFIG}: runtimes = {', '.join(config.get('runtimes', {})) or 'none'}"
+                              + (" (file absent)" if text is None else " (file empty)" if not text.strip() else "")],
+                             "re-run deploys/runtime.py (nvidia-ctk runtime configure --runtime=docker)"))
+    default = config.get("default-runtime", "runc")
+    if settings.nvidia_runtime_default != (default == "nvidia"):
+        want = "nvidia" if settings.nvidia_runtime_default else "not nvidia"
+        findings.append(fail("default-runtime-wrong", f"docker's default runtime is {default!r}; the inventory "
+                             f"asks for {want} (nvidia_runtime_default: {settings.nvidia_runtime_default})",
+                             [f"{DOCKER_CONFIG}: default-runtime = {default!r}"], "re-run deploys/runtime.py"))
+    if settings.cdi_enabled and not config.get("features", {}).get("cdi", False):
+        findings.append(fail("cdi-missing", "CDI is not enabled in docker (cdi_enabled: true)",
+                             [f"{DOCKER_CONFIG}: features.cdi is not true"], "re-run deploys/runtime.py"))
+    return findings

@@ -1,0 +1,27 @@
+"""Diagnosis of the toolkit step: all four packages at the pinned version (and held, if asked)."""
+
+from __future__ import annotations
+
+from gpunode.diagnosis import Finding, Severity
+from gpunode.settings import NodeSettings
+
+STEP = "toolkit"
+
+
+def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
+    want = settings.toolkit_version
+    wrong = {name: version for name, version in state["versions"].items() if version != want}
+    findings = []
+    if wrong:
+        evidence = [f"{name}: {version or 'not installed'}" for name, version in sorted(wrong.items())]
+        what = ("the NVIDIA Container Toolkit is not installed" if all(v is None for v in state["versions"].values())
+                else f"toolkit packages are not all at the pinned {want}")
+        findings.append(Finding(STEP, Severity.FAIL, what, evidence,
+                                f"re-run deploys/toolkit.py (installs all four at {want})"))
+    if settings.toolkit_hold and not wrong:
+        unheld = sorted(set(state["versions"]) - set(state["held"]))
+        if unheld:
+            findings.append(Finding(STEP, Severity.FAIL, "toolkit packages are not held at the pinned version",
+                                    [f"not held: {', '.join(unheld)}"],
+                                    f"apt-mark hold {' '.join(unheld)} (or re-run deploys/toolkit.py)"))
+    return findings

@@ -1,0 +1,95 @@
+"""Facts of the driver step: what nvidia-smi, the kernel and the device nodes say.
+
+Read in one remote command (each part is cheap), so a re-run costs a single
+round trip per host for the whole driver check.
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import FactBase
+
+from gpunode.facts.sections import exit_code, section, split_sections
+
+QUERY_FIELDS = "index,name,uuid,memory.total,driver_version,pci.bus_id,compute_cap,mig.mode.current"
+QUERY_FIELDS_OLD = "index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current"
+
+
+class DriverState(FactBase):
+    """The NVIDIA driver as the node sees it.
+
+    .. code:: python
+
+        {
+            "nvidia_smi": {"rc": 0, "output": [...], "gpus": [{"index": 0, "name": "NVIDIA A100-SXM4-40GB",
+                           "uuid": "GPU-...", "memory_mib": 40960, "driver_version": "550.54.15",
+                           "pci_bus_id": "00000000:07:00.0", "compute_cap": "8.0", "mig_mode": "Disabled"}]},
+            "module_version": "550.54.15",   # /sys/module/nvidia/version (None: module not loaded)
+            "proc_version": "NVRM version: ...",
+            "devices": ["/dev/nvidiactl", "/dev/nvidia0", ...],
+            "modules": ["nvidia", "nvidia_uvm", ...],   # nvidia* and nouveau from lsmod
+            "nvswitch_count": 0,
+            "fabricmanager": {"active": "active", "version": "550.54.15"},
+            "fabric": ["Completed, Success"],
+        }
+    """
+
+    def command(self) -> str:
+        return "; ".join([
+            section("smi"),
+            "if command -v nvidia-smi >/dev/null 2>&1; then"
+            f" out=$(nvidia-smi --query-gpu={QUERY_FIELDS} --format=csv,noheader,nounits 2>&1); rc=$?;"
+            " if [ $rc -eq 2 ] && echo \"$out\" | grep -q 'is not a valid field'; then"
+            f" out=$(nvidia-smi --query-gpu={QUERY_FIELDS_OLD} --format=csv,noheader,nounits 2>&1); rc=$?; fi;"
+            " printf '%s\\n' \"$out\"; echo \"rc=$rc\"; else echo rc=127; fi",
+            section("module"), "cat /sys/module/nvidia/version 2>/dev/null",
+            section("proc"), "head -n 1 /proc/driver/nvidia/version 2>/dev/null",
+            section("devices"),
+            "for d in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia[0-9]*; do [ -c \"$d\" ] && echo \"$d\"; done",
+            section("modules"),
+            "lsmod 2>/dev/null | awk 'NR>1 && ($1 ~ /^nvidia/ || $1 == \"nouveau\") {print $1}'",
+            section("nvswitch"),
+            "if [ -d /proc/driver/nvidia-nvswitch ]; then grep -c . /proc/driver/nvidia-nvswitch/devices"
+            " 2>/dev/null || echo 0; else echo 0; fi",
+            section("fabricmanager"),
+            "systemctl is-active nvidia-fabricmanager 2>/dev/null || true;"
+            " nv-fabricmanager --version 2>/dev/null | sed -n 's/.*version is : *//p'",
+            section("fabric"),
+            "if [ -s /proc/driver/nvidia-nvswitch/devices ]; then nvidia-smi"
+            " --query-gpu=fabric.state,fabric.status --format=csv,noheader 2>/dev/null | sort -u; fi",
+            "true",
+        ])
+
+    def process(self, output: list[str]) -> dict:
+        parts = split_sections(output)
+        rc, smi_lines = exit_code(parts.get("smi", []))
+        gpus = []
+        if rc == 0:
+            for line in smi_lines:
+                values = [v.strip() for v in line.split(",")]
+                if len(values) == 8:
+                    index, name, uuid, memory, driver, bus, cap, mig = values
+                elif len(values) == 7:
+                    index, name, uuid, memory, driver, bus, mig = values
+                    cap = None
+                else:
+                    continue
+                gpus.append({
+                    "index": int(index), "name": name, "uuid": uuid,
+                    "memory_mib": int(memory) if memory.isdigit() else None,
+                    "driver_version": driver, "pci_bus_id": bus, "compute_cap": cap,
+                    "mig_mode": None if mig in ("[N/A]", "N/A") else mig,
+                })
+        fm = parts.get("fabricmanager", [])
+        module = parts.get("module", [])
+        proc = parts.get("proc", [])
+        switches = parts.get("nvswitch", ["0"])
+        return {
+            "nvidia_smi": {"rc": rc, "output": smi_lines, "gpus": gpus},
+            "module_version": module[0].strip() if module else None,
+            "proc_version": proc[0].strip() if proc else None,
+            "devices": parts.get("devices", []),
+            "modules": parts.get("modules", []),
+            "nvswitch_count": int(switches[0]) if switches and switches[0].strip().isdigit() else 0,
+            "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},
+            "fabric": parts.get("fabric", []),
+        }

@@ -1,0 +1,87 @@
+"""Facts of the runtime step: which container runtime runs, its config files and its effective config.
+
+containerd's effective config comes from ``containerd config dump``, which
+merges drop-ins (``imports``), so both toolkit layouts (in-place 1.17, drop-in
+1.18+) read the same. File contents travel base64-encoded, byte for byte.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from pyinfra.api import FactBase
+
+from gpunode.facts.sections import exit_code, section, split_sections
+
+CONTAINERD_CONFIG = "/etc/containerd/config.toml"
+CONTAINERD_DROPIN_DIR = "/etc/containerd/conf.d"
+DOCKER_CONFIG = "/etc/docker/daemon.json"
+
+
+def _encoded(path: str) -> str:
+    return f"if [ -f {path} ]; then echo present; base64 -w0 {path}; echo; fi"
+
+
+class RuntimeConfig(FactBase):
+    """Installed and active runtimes, containerd's and docker's config files, containerd's effective config.
+
+    .. code:: python
+
+        {
+            "installed": ["containerd", "docker"], "active": {"containerd": "active", "docker": "active"},
+            "containerd_config": "version = 2 ...",        # None when the file is absent
+            "containerd_dropins": {"/etc/containerd/conf.d/99-nvidia.toml": "..."},
+            "containerd_dump": {"rc": 0, "text": "..."},   # None when containerd is not installed
+            "containerd_default": "...",                   # 'containerd config default', only when the
+                                                           # config is absent or has no runc runtime
+            "docker_config": "{...}",                      # None when /etc/docker/daemon.json is absent
+        }
+    """
+
+    def command(self) -> str:
+        return "; ".join([
+            section("installed"),
+            "command -v containerd >/dev/null 2>&1 && echo containerd;"
+            " command -v dockerd >/dev/null 2>&1 && echo docker; command -v crio >/dev/null 2>&1 && echo crio",
+            section("active"),
+            "for s in containerd docker crio; do echo \"$s $(systemctl is-active $s 2>/dev/null || true)\"; done",
+            section("containerd_config"), _encoded(CONTAINERD_CONFIG),
+            section("containerd_dropins"),
+            f"for f in {CONTAINERD_DROPIN_DIR}/*.toml; do [ -f \"$f\" ] && echo \"$f $(base64 -w0 \"$f\")\"; done",
+            section("containerd_dump"),
+            "if command -v containerd >/dev/null 2>&1; then containerd config dump 2>&1; echo rc=$?; fi",
+            section("containerd_default"),
+            f"if command -v containerd >/dev/null 2>&1 && ! grep -qs 'runtimes.runc' {CONTAINERD_CONFIG}; then"
+            " containerd config default 2>/dev/null; fi",
+            section("docker_config"), _encoded(DOCKER_CONFIG),
+            "true",
+        ])
+
+    def process(self, output: list[str]) -> dict:
+        parts = split_sections(output)
+
+        def decoded(lines: list[str] | None) -> str | None:
+            if not lines or lines[0] != "present":
+                return None
+            return base64.b64decode(lines[1] if len(lines) > 1 else "").decode(errors="replace")
+
+        dropins = {}
+        for line in parts.get("containerd_dropins", []):
+            path, _, encoded = line.partition(" ")
+            dropins[path] = base64.b64decode(encoded).decode(errors="replace")
+        dump = parts.get("containerd_dump")
+        rc, dump_lines = exit_code(dump or [])
+        default = parts.get("containerd_default") or []
+        active = {}
+        for line in parts.get("active", []):
+            name, _, value = line.partition(" ")
+            active[name] = value.strip() or "unknown"
+        return {
+            "installed": parts.get("installed", []),
+            "active": active,
+            "containerd_config": decoded(parts.get("containerd_config")),
+            "containerd_dropins": dropins,
+            "containerd_dump": None if dump is None or rc is None else {"rc": rc, "text": "\n".join(dump_lines)},
+            "containerd_default": "\n".join(default) + "\n" if default else None,
+            "docker_config": decoded(parts.get("docker_config")),
+        }

@@ -1,0 +1,52 @@
+"""Operations of the driver step: check the NVIDIA driver, change nothing.
+
+A failing check stops that host with the diagnosis (what, evidence, fix) while
+the rest of the fleet goes on; a CPU-only host is reported and the GPU steps
+after it are skipped there (``gpu_present`` is their ``_if``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from weakref import WeakKeyDictionary
+
+from pyinfra import host
+from pyinfra.api import Host, OperationError, operation
+
+from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis.driver import diagnose
+from gpunode.facts.driver import DriverState
+from gpunode.settings import NodeSettings
+
+_gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
+
+
+def gpu_present(target: Host) -> Callable[[], bool]:
+    """An ``_if`` for GPU steps: true once the driver check found a working driver on ``target``."""
+    return lambda: _gpu_hosts.get(target, False)
+
+
+@operation()
+def checked(settings: NodeSettings):
+    """
+    Check the driver: nvidia-smi works and lists GPUs, the version is recent enough
+    (configured minimum and the GPU generation's), the loaded module matches user
+    space, device nodes exist, nouveau is not bound, NVSwitch nodes run a matching
+    fabric manager with the fabric Completed.
+
+    + settings: the host's gpunode settings (from inventory data)
+    """
+    state = host.get_fact(DriverState)
+    findings = diagnose(state, settings)
+    broken = failures(findings)
+    if broken:
+        _gpu_hosts[host] = False
+        raise OperationError("\n".join(str(finding) for finding in broken))
+    if any(f.severity is Severity.SKIP for f in findings):
+        _gpu_hosts[host] = False
+        host.noop(findings[0].what + "; GPU steps skipped on this host")
+        return
+    _gpu_hosts[host] = True
+    gpus = state["nvidia_smi"]["gpus"]
+    host.noop(f"driver {gpus[0]['driver_version']} OK with {len(gpus)}x {gpus[0]['name']}")
+    yield from ()

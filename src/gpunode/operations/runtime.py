@@ -1,0 +1,178 @@
+"""Operations of the runtime step: configure the nvidia runtime, restart only when that changed something.
+
+Every file is backed up (``/var/backups/gpunode/<stamp>/<path>``) before it
+changes, and kept; a restart that does not bring the runtime back restores
+those backups, restarts again and fails the host with the runtime's own log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tomllib
+
+import tomlkit
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, operation
+
+from gpunode.diagnosis import failures
+from gpunode.diagnosis.runtime import chosen_runtime, diagnose
+from gpunode.facts.runtime import CONTAINERD_CONFIG, CONTAINERD_DROPIN_DIR, DOCKER_CONFIG, RuntimeConfig
+from gpunode.settings import NodeSettings
+
+BACKUP_ROOT = "/var/backups/gpunode"
+DROPIN = f"{CONTAINERD_DROPIN_DIR}/99-nvidia.toml"
+READY_CHECK = {"containerd": "ctr version", "docker": "docker info"}
+
+
+def backup_dir(stamp: str) -> str:
+    return f"{BACKUP_ROOT}/{stamp}"
+
+
+def backup_command(paths: list[str], stamp: str) -> str:
+    """Shell that keeps a copy of each file (or notes that it was absent) once per run."""
+    target = backup_dir(stamp)
+    lines = [f"mkdir -p {target}"]
+    for path in paths:
+        saved, absent = f"{target}{path}", f"{target}{path}.absent"
+        lines.append(f"if [ ! -e {saved} ] && [ ! -e {absent} ]; then mkdir -p $(dirname {saved});"
+                     f" if [ -e {path} ]; then cp -a {path} {saved}; else : > {absent}; fi; fi")
+    return "\n".join(lines)
+
+
+def restore_command(stamp: str) -> str:
+    """Shell that puts back every file backed up in this run (and removes those that were absent)."""
+    target = backup_dir(stamp)
+    return (f"find {target} -type f | while read -r saved; do path=${{saved#{target}}};"
+            " case \"$path\" in *.absent) rm -f \"${path%.absent}\";; *) cp -a \"$saved\" \"$path\";; esac; done")
+
+
+def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str:
+    """containerd's default config with runc's SystemdCgroup set as the inventory asks (comments kept)."""
+    document = tomlkit.parse(default_config)
+    version = int(document.get("version", 2))
+    plugin = "io.containerd.cri.v1.runtime" if version >= 3 else "io.containerd.grpc.v1.cri"
+    try:
+        options = document["plugins"][plugin]["containerd"]["runtimes"]["runc"]["options"]
+    except KeyError as error:
+        raise OperationError(f"'containerd config default' has no runc runtime ({error}); cannot write a base "
+                             "config") from error
+    options["SystemdCgroup"] = systemd_cgroup
+    return tomlkit.dumps(document)
+
+
+def without_default_nvidia(text: str) -> str | None:
+    """``text`` with ``default_runtime_name = "nvidia"`` set back to runc, or None if it does not set it."""
+    document = tomlkit.parse(text)
+    changed = False
+    for plugin in ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"):
+        table = document.get("plugins", {}).get(plugin, {}).get("containerd", {})
+        if table.get("default_runtime_name") == "nvidia":
+            table["default_runtime_name"] = "runc"
+            changed = True
+    return tomlkit.dumps(document) if changed else None
+
+
+def upload(text: str, path: str) -> list:
+    temp = f"{path}.gpunode-new"
+    return [FileUploadCommand(io.BytesIO(text.encode()), temp), f"chmod 0644 {temp} && mv {temp} {path}"]
+
+
+@operation()
+def nvidia_runtime(settings: NodeSettings, stamp: str):
+    """
+    Make the node's runtime (containerd or docker) able to run the nvidia runtime,
+    as default or not per ``nvidia_runtime_default``, with CDI per ``cdi_enabled``.
+    Runs ``nvidia-ctk runtime configure`` only when the effective config lacks
+    what the inventory asks for; writes containerd's default config first when
+    the config is missing or Debian's stub; refuses configs that do not parse.
+
+    + settings: the host's gpunode settings
+    + stamp: names this run's backup folder
+    """
+    state = host.get_fact(RuntimeConfig)
+    findings = failures(diagnose(state, settings))
+    runtime = chosen_runtime(state, settings)
+    codes = {f.code for f in findings}
+    blocking = [f for f in findings if f.code in ("config-invalid", "config-rejected", "no-runtime")]
+    if blocking:
+        raise OperationError("\n".join(str(f) for f in blocking))
+    if not codes:
+        host.noop(f"{runtime} already configured for the nvidia runtime")
+        return
+    if codes == {"runtime-down"}:
+        yield f"systemctl enable {runtime}"  # config is right; the restart that follows starts it
+        return
+    config_path = CONTAINERD_CONFIG if runtime == "containerd" else DOCKER_CONFIG
+    touched = [config_path] + ([DROPIN] if runtime == "containerd" else [])
+    yield backup_command(touched, stamp)
+
+    if runtime == "containerd" and "base-config-missing" in codes:
+        if not state["containerd_default"]:
+            raise OperationError("containerd's config has no runc runtime and 'containerd config default' printed "
+                                 "nothing; cannot write a base config")
+        yield from upload(with_systemd_cgroup(state["containerd_default"], settings.containerd_systemd_cgroup),
+                          CONTAINERD_CONFIG)
+    if runtime == "docker" and state["docker_config"] is not None and not state["docker_config"].strip():
+        yield from upload("{}\n", DOCKER_CONFIG)  # nvidia-ctk fails on an empty daemon.json ('EOF')
+
+    if codes & {"nvidia-runtime-missing", "cdi-missing", "base-config-missing"} or (
+            "default-runtime-wrong" in codes and settings.nvidia_runtime_default):
+        flags = [f"--runtime={runtime}", f"--config={config_path}"]
+        if settings.nvidia_runtime_default:
+            flags.append("--set-as-default")
+        if settings.cdi_enabled:
+            flags.append("--cdi.enabled")
+        yield "nvidia-ctk runtime configure " + " ".join(flags)
+
+    if "default-runtime-wrong" in codes and not settings.nvidia_runtime_default:
+        yield from unset_default(runtime, state)
+
+
+def unset_default(runtime: str, state: dict):
+    """Commands that stop nvidia being the default runtime, in whichever file sets it."""
+    if runtime == "docker":
+        config = json.loads(state["docker_config"] or "{}")
+        config.pop("default-runtime", None)
+        yield from upload(json.dumps(config, indent=4, sort_keys=True), DOCKER_CONFIG)
+        return
+    files = {CONTAINERD_CONFIG: state["containerd_config"] or "", **state["containerd_dropins"]}
+    for path, text in files.items():
+        fixed = without_default_nvidia(text) if text else None
+        if fixed is not None:
+            tomllib.loads(fixed)
+            yield from upload(fixed, path)
+
+
+@operation(is_idempotent=False)
+def restarted(settings: NodeSettings, stamp: str):
+    """
+    Restart the runtime and wait until it answers (``ctr version`` / ``docker info``).
+    If it does not within ``runtime_restart_timeout`` seconds: restore this run's
+    backups, restart again and fail with the runtime's own log. Gate it on the
+    configure operation (``_if=configure.did_change``).
+
+    + settings: the host's gpunode settings (container_runtime, runtime_restart_timeout)
+    + stamp: this run's backup folder
+    """
+    runtime = chosen_runtime(host.get_fact(RuntimeConfig), settings)
+    if runtime not in READY_CHECK:
+        raise OperationError(f"no supported container runtime to restart (found {runtime!r})")
+    check = READY_CHECK[runtime]
+    timeout = settings.runtime_restart_timeout
+    yield "\n".join([
+        "set -u",
+        f"systemctl restart {runtime} || true",
+        f"end=$(( $(date +%s) + {timeout} ))",
+        f"until {check} >/dev/null 2>&1; do",
+        "  if [ \"$(date +%s)\" -ge \"$end\" ]; then",
+        f"    echo \"gpunode: {runtime} did not answer '{check}' within {timeout} s after the restart;"
+        f" restoring the configs saved in {backup_dir(stamp)}\" >&2",
+        f"    journalctl -u {runtime} -n 20 --no-pager >&2 2>/dev/null || true",
+        f"    {restore_command(stamp)}",
+        f"    systemctl restart {runtime} || true",
+        "    exit 1",
+        "  fi",
+        "  sleep 0.5",
+        "done",
+    ])

@@ -1,0 +1,57 @@
+"""Operations of the toolkit step: the four toolkit packages at one pinned version."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import operation
+
+from gpunode.facts.toolkit import ToolkitPackages
+from gpunode.settings import TOOLKIT_PACKAGES, NodeSettings
+
+
+def install_command(version: str) -> str:
+    """Shell that checks the pinned version exists, then installs (or downgrades) all four packages to it."""
+    pins = " ".join(f"{package}={version}" for package in TOOLKIT_PACKAGES)
+    v = shlex.quote(version)
+    return "\n".join([
+        "set -eu",
+        f"if ! apt-cache madison nvidia-container-toolkit | awk -F'|' '{{gsub(/ /,\"\",$2); print $2}}'"
+        f" | grep -qx {v}; then",
+        "  available=$(apt-cache madison nvidia-container-toolkit | awk -F'|' '{gsub(/ /,\"\",$2); print $2}'"
+        " | tr '\\n' ' ')",
+        f"  echo \"gpunode: toolkit version {version} is not in the configured repository"
+        " (available: ${available:-none}); fix toolkit_version\" >&2",
+        "  exit 1",
+        "fi",
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades --allow-change-held-packages"
+        f" -o Dpkg::Options::=--force-confold {pins}",
+    ])
+
+
+@operation()
+def pinned(settings: NodeSettings):
+    """
+    Install nvidia-container-toolkit, nvidia-container-toolkit-base,
+    libnvidia-container-tools and libnvidia-container1 at ``toolkit_version``,
+    all four together (a changed pin upgrades or downgrades them as one), and hold
+    them when ``toolkit_hold`` is set.
+
+    + settings: the host's gpunode settings (toolkit_version, toolkit_hold)
+    """
+    state = host.get_fact(ToolkitPackages)
+    version = settings.toolkit_version
+    wrong = [name for name, installed in state["versions"].items() if installed != version]
+    packages = " ".join(TOOLKIT_PACKAGES)
+    if wrong:
+        if state["held"]:
+            yield f"apt-mark unhold {' '.join(state['held'])}"
+        yield install_command(version)
+    held = set(state["held"]) if not wrong else set()
+    if settings.toolkit_hold and held != set(TOOLKIT_PACKAGES):
+        yield f"apt-mark hold {packages}"
+    elif not settings.toolkit_hold and held:
+        yield f"apt-mark unhold {' '.join(sorted(held))}"
+    elif not wrong:
+        host.noop(f"NVIDIA Container Toolkit {version} already installed")

@@ -1,0 +1,6 @@
+"""The provisioning steps as pyinfra ``@deploy`` functions, in the order a node needs them.
+
+``driver_check`` → ``toolkit_repo`` → ``toolkit`` → ``runtime`` (configure, then
+restart only if that changed something). The GPU steps run only where the driver
+check found a working driver; ``bootstrap`` chains them all.
+"""

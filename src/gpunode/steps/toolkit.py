@@ -1,0 +1,16 @@
+"""Step 3: the four NVIDIA Container Toolkit packages at the pinned version."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api.deploy import deploy
+
+from gpunode.operations import toolkit
+from gpunode.operations.driver import gpu_present
+from gpunode.settings import NodeSettings
+
+
+@deploy("Toolkit install")
+def toolkit_install() -> None:
+    toolkit.pinned(name="Install the NVIDIA Container Toolkit at the pinned version",
+                   settings=NodeSettings.from_data(host.data), _if=gpu_present(host))
