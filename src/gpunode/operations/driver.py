@@ -2,28 +2,29 @@
 
 A failing check stops that host with the diagnosis (what, evidence, fix) while
 the rest of the fleet goes on; a CPU-only host is reported and the GPU steps
-after it are skipped there (``gpu_present`` is their ``_if``).
+after it skip themselves there (they ask ``gpu_present``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 from pyinfra import host
-from pyinfra.api import Host, OperationError, operation
+from pyinfra.api import Host, operation
 
 from gpunode.diagnosis import Severity, failures
 from gpunode.diagnosis.driver import diagnose
 from gpunode.facts.driver import DriverState
+from gpunode.operations import failing_command
 from gpunode.settings import NodeSettings
 
 _gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
+NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
 
 
-def gpu_present(target: Host) -> Callable[[], bool]:
-    """An ``_if`` for GPU steps: true once the driver check found a working driver on ``target``."""
-    return lambda: _gpu_hosts.get(target, False)
+def gpu_present(target: Host) -> bool:
+    """True once the driver check found a working driver on ``target`` (GPU steps run only then)."""
+    return _gpu_hosts.get(target, False)
 
 
 @operation()
@@ -41,7 +42,8 @@ def checked(settings: NodeSettings):
     broken = failures(findings)
     if broken:
         _gpu_hosts[host] = False
-        raise OperationError("\n".join(str(finding) for finding in broken))
+        yield failing_command("\n".join(str(finding) for finding in broken))
+        return
     if any(f.severity is Severity.SKIP for f in findings):
         _gpu_hosts[host] = False
         host.noop(findings[0].what + "; GPU steps skipped on this host")
@@ -49,4 +51,3 @@ def checked(settings: NodeSettings):
     _gpu_hosts[host] = True
     gpus = state["nvidia_smi"]["gpus"]
     host.noop(f"driver {gpus[0]['driver_version']} OK with {len(gpus)}x {gpus[0]['name']}")
-    yield from ()

@@ -13,11 +13,13 @@ import tomllib
 
 import tomlkit
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, operation
+from pyinfra.api import FileUploadCommand, operation
 
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.runtime import chosen_runtime, diagnose
 from gpunode.facts.runtime import CONTAINERD_CONFIG, CONTAINERD_DROPIN_DIR, DOCKER_CONFIG, RuntimeConfig
+from gpunode.operations import failing_command
+from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import NodeSettings
 
 BACKUP_ROOT = "/var/backups/gpunode"
@@ -47,16 +49,15 @@ def restore_command(stamp: str) -> str:
             " case \"$path\" in *.absent) rm -f \"${path%.absent}\";; *) cp -a \"$saved\" \"$path\";; esac; done")
 
 
-def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str:
-    """containerd's default config with runc's SystemdCgroup set as the inventory asks (comments kept)."""
-    document = tomlkit.parse(default_config)
-    version = int(document.get("version", 2))
-    plugin = "io.containerd.cri.v1.runtime" if version >= 3 else "io.containerd.grpc.v1.cri"
+def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str | None:
+    """containerd's default config with runc's SystemdCgroup set as asked (comments kept); None if unusable."""
     try:
+        document = tomlkit.parse(default_config)
+        version = int(document.get("version", 2))
+        plugin = "io.containerd.cri.v1.runtime" if version >= 3 else "io.containerd.grpc.v1.cri"
         options = document["plugins"][plugin]["containerd"]["runtimes"]["runc"]["options"]
-    except KeyError as error:
-        raise OperationError(f"'containerd config default' has no runc runtime ({error}); cannot write a base "
-                             "config") from error
+    except (KeyError, ValueError, tomlkit.exceptions.TOMLKitError):
+        return None
     options["SystemdCgroup"] = systemd_cgroup
     return tomlkit.dumps(document)
 
@@ -90,13 +91,17 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     + settings: the host's gpunode settings
     + stamp: names this run's backup folder
     """
+    if not gpu_present(host):
+        host.noop(NO_GPU)
+        return
     state = host.get_fact(RuntimeConfig)
     findings = failures(diagnose(state, settings))
     runtime = chosen_runtime(state, settings)
     codes = {f.code for f in findings}
     blocking = [f for f in findings if f.code in ("config-invalid", "config-rejected", "no-runtime")]
     if blocking:
-        raise OperationError("\n".join(str(f) for f in blocking))
+        yield failing_command("\n".join(str(f) for f in blocking))
+        return
     if not codes:
         host.noop(f"{runtime} already configured for the nvidia runtime")
         return
@@ -108,11 +113,12 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     yield backup_command(touched, stamp)
 
     if runtime == "containerd" and "base-config-missing" in codes:
-        if not state["containerd_default"]:
-            raise OperationError("containerd's config has no runc runtime and 'containerd config default' printed "
-                                 "nothing; cannot write a base config")
-        yield from upload(with_systemd_cgroup(state["containerd_default"], settings.containerd_systemd_cgroup),
-                          CONTAINERD_CONFIG)
+        base = with_systemd_cgroup(state["containerd_default"] or "", settings.containerd_systemd_cgroup)
+        if base is None:
+            yield failing_command("containerd's config has no runc runtime and 'containerd config default' gave "
+                                  "no usable base config; write one by hand")
+            return
+        yield from upload(base, CONTAINERD_CONFIG)
     if runtime == "docker" and state["docker_config"] is not None and not state["docker_config"].strip():
         yield from upload("{}\n", DOCKER_CONFIG)  # nvidia-ctk fails on an empty daemon.json ('EOF')
 
@@ -157,7 +163,8 @@ def restarted(settings: NodeSettings, stamp: str):
     """
     runtime = chosen_runtime(host.get_fact(RuntimeConfig), settings)
     if runtime not in READY_CHECK:
-        raise OperationError(f"no supported container runtime to restart (found {runtime!r})")
+        yield failing_command(f"no supported container runtime to restart (found {runtime!r})")
+        return
     check = READY_CHECK[runtime]
     timeout = settings.runtime_restart_timeout
     yield "\n".join([

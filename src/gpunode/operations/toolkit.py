@@ -8,6 +8,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from gpunode.facts.toolkit import ToolkitPackages
+from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import TOOLKIT_PACKAGES, NodeSettings
 
 
@@ -40,6 +41,9 @@ def pinned(settings: NodeSettings):
 
     + settings: the host's gpunode settings (toolkit_version, toolkit_hold)
     """
+    if not gpu_present(host):
+        host.noop(NO_GPU)
+        return
     state = host.get_fact(ToolkitPackages)
     version = settings.toolkit_version
     wrong = [name for name, installed in state["versions"].items() if installed != version]

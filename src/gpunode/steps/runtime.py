@@ -8,7 +8,6 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 
 from gpunode.operations import runtime
-from gpunode.operations.driver import gpu_present
 from gpunode.settings import NodeSettings
 
 # One backup folder per run, the same on every host: /var/backups/gpunode/<RUN_STAMP>/
@@ -19,6 +18,6 @@ RUN_STAMP = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 def runtime_configuration() -> None:
     settings = NodeSettings.from_data(host.data)
     configure = runtime.nvidia_runtime(name="Configure the container runtime for the nvidia runtime",
-                                       settings=settings, stamp=RUN_STAMP, _if=gpu_present(host))
+                                       settings=settings, stamp=RUN_STAMP)
     runtime.restarted(name="Restart the container runtime (its config changed)", settings=settings,
                       stamp=RUN_STAMP, _if=configure.did_change)

@@ -6,11 +6,10 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 
 from gpunode.operations import toolkit
-from gpunode.operations.driver import gpu_present
 from gpunode.settings import NodeSettings
 
 
 @deploy("Toolkit install")
 def toolkit_install() -> None:
     toolkit.pinned(name="Install the NVIDIA Container Toolkit at the pinned version",
-                   settings=NodeSettings.from_data(host.data), _if=gpu_present(host))
+                   settings=NodeSettings.from_data(host.data))

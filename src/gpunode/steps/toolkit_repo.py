@@ -6,11 +6,10 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 
 from gpunode.operations import toolkit_repo
-from gpunode.operations.driver import gpu_present
 from gpunode.settings import NodeSettings
 
 
 @deploy("Toolkit repository")
 def toolkit_repository() -> None:
     toolkit_repo.configured(name="Configure the NVIDIA Container Toolkit apt repository",
-                            settings=NodeSettings.from_data(host.data), _if=gpu_present(host))
+                            settings=NodeSettings.from_data(host.data))

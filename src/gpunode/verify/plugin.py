@@ -1,0 +1,137 @@
+"""pytest plugin of the verification suites: loads a pyinfra inventory and hands each test its host.
+
+    pytest --pyargs gpunode.verify.suites -p gpunode.verify.plugin --inventory inventories/prod.py
+    pytest --pyargs gpunode.verify.suites -p gpunode.verify.plugin --inventory inventories/sim.py \\
+           --limit node01 --junit-xml verify.xml
+
+Every host's facts are read once, all hosts in parallel, before the first test;
+each suite then judges its step from them. Nothing is changed on any host.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gpunode.errors import GpunodeError
+from gpunode.verify.checks import STEPS, StepResult, facts_command, judge, split_facts
+from gpunode.verify.targets import Connections, Target, load_inventory
+
+MAX_PARALLEL = 32
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("gpunode", "gpunode verification")
+    group.addoption("--inventory", dest="gpunode_inventory", help="pyinfra inventory file to verify")
+    group.addoption("--limit", dest="gpunode_limit", action="append", default=[],
+                    help="only these hosts or groups (glob patterns work); repeatable")
+    group.addoption("--gpunode-json", dest="gpunode_json", help="write results as JSON to this file")
+
+
+class Verification:
+    """The session's targets, their facts and the verdicts, shared by every test."""
+
+    def __init__(self, targets: list[Target]) -> None:
+        self.targets = {t.name: t for t in targets}
+        self.connections = Connections(targets)
+        self.verdicts: dict[str, dict[str, StepResult]] = {}
+        self.errors: dict[str, str] = {}
+
+    def read_all(self) -> None:
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(self.targets))) as pool:
+            for name, outcome in zip(self.targets, pool.map(self._read, self.targets), strict=True):
+                if isinstance(outcome, str):
+                    self.errors[name] = outcome
+                else:
+                    self.verdicts[name] = outcome
+
+    def _read(self, name: str) -> dict[str, StepResult] | str:
+        try:
+            result = self.connections.host(name).run(facts_command())
+        except Exception as error:  # noqa: BLE001 - any connection failure is reported per host
+            return f"cannot reach {name}: {error}"
+        if result.rc == 255 or (result.rc != 0 and not result.stdout):
+            return f"cannot reach {name}: {(result.stderr or 'ssh failed').strip().splitlines()[-1]}"
+        try:
+            settings = self.targets[name].settings
+        except GpunodeError as error:
+            return f"bad inventory data for {name}: {error}"
+        return judge(name, split_facts(result.stdout), settings)
+
+    def result(self, host: str, step: str) -> StepResult:
+        if host in self.errors:
+            return StepResult(host, step, "fail", self.errors[host])
+        return self.verdicts[host][step]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpunode_step(name): the provisioning step a suite verifies")
+
+
+@pytest.fixture(scope="session")
+def gpunode_verification(request: pytest.FixtureRequest) -> Verification:
+    verification = request.config.stash.get(VERIFICATION_KEY, None)
+    if verification is None:
+        pytest.exit("gpunode verification: no --inventory given", returncode=4)
+    return verification
+
+
+VERIFICATION_KEY = pytest.StashKey[Verification]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    inventory = session.config.getoption("gpunode_inventory", default=None)
+    if not inventory:
+        return
+    try:
+        targets = load_inventory(inventory, session.config.getoption("gpunode_limit") or None)
+    except GpunodeError as error:
+        raise pytest.UsageError(str(error)) from error
+    verification = Verification(targets)
+    verification.read_all()
+    session.config.stash[VERIFICATION_KEY] = verification
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "gpunode_host" not in metafunc.fixturenames:
+        return
+    verification = metafunc.config.stash.get(VERIFICATION_KEY, None)
+    hosts = list(verification.targets) if verification else []
+    metafunc.parametrize("gpunode_host", hosts, ids=hosts)
+
+
+def check_step(verification: Verification, host: str, step: str) -> None:
+    """The body of every suite: pass, skip with why, or fail with what, evidence and fix."""
+    result = verification.result(host, step)
+    verification.verdicts.setdefault(host, {})[step] = result
+    if result.outcome == "skip":
+        pytest.skip(result.reason)
+    if result.outcome == "fail":
+        detail = "\n".join(str(f) for f in result.findings) or result.reason
+        pytest.fail(f"{step} on {host}: {detail}", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    verification = session.config.stash.get(VERIFICATION_KEY, None)
+    path = session.config.getoption("gpunode_json", default=None)
+    if verification is None:
+        return
+    if path:
+        Path(path).write_text(json.dumps(results_as_json(verification), indent=2) + "\n")
+    verification.connections.close()
+
+
+def results_as_json(verification: Verification) -> dict:
+    hosts = {}
+    for host in verification.targets:
+        steps = {}
+        for step in STEPS:
+            result = verification.result(host, step)
+            steps[step] = {"outcome": result.outcome, "reason": result.reason,
+                           "findings": [{"what": f.what, "evidence": f.evidence, "fix": f.fix, "code": f.code}
+                                        for f in result.findings]}
+        hosts[host] = steps
+    return {"steps": list(STEPS), "hosts": hosts}

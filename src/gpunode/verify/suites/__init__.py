@@ -1,0 +1,1 @@
+"""The verification suites, one per provisioning step (run with -p gpunode.verify.plugin)."""
