@@ -40,6 +40,71 @@ def cli() -> None:
     """
 
 
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False), help="Write JUnit XML (one test per host and step).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML page.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_path: str | None,
+           html_path: str | None, data: tuple[str, ...]) -> None:
+    """Prove every provisioning step on every host, changing nothing.
+
+    Prints a host x step table (pass / FAIL with the reason / skip with why) and
+    exits 0 only when nothing failed. Hosts are checked in parallel.
+
+    \b
+    Examples:
+      gpunode verify inventories/prod.py
+      gpunode verify inventories/sim.py --limit node01 --junit-xml verify.xml --html verify.html
+    """
+    from gpunode.verify import report
+    from gpunode.verify.run import verify as run_verify
+
+    code, results = run_verify(inventory, list(limit), junit_xml, json_path, html_path, list(data))
+    if results["hosts"]:
+        click.echo(report.table(results))
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.argument("steps", nargs=-1)
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--dry", is_flag=True, help="Show what would change; exit 2 if anything would (drift gate).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default="gpunode-deploy-report.json",
+              show_default=True, help="Where to write the JSON report of what changed per host.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: bool, report_path: str,
+           data: tuple[str, ...]) -> None:
+    """Run the provisioning steps (all of them by default) with pyinfra, without prompts.
+
+    STEPS: driver, toolkit_repo, toolkit, runtime, or bootstrap (all; the default).
+    The driver check always runs first. Exit codes: 0 ok, 1 a host failed,
+    2 drift found by --dry.
+
+    \b
+    Examples:
+      gpunode deploy inventories/prod.py
+      gpunode deploy inventories/prod.py toolkit runtime --limit gpu_nodes
+      gpunode deploy inventories/prod.py --dry      # CI drift gate
+    """
+    from gpunode.deploy import run_deploy
+
+    code, report = run_deploy(inventory, list(steps), list(limit), dry, report_path, list(data))
+    verb = "would change" if dry else "changed"
+    for host, result in report.items():
+        state = "FAILED" if result["failed"] else (verb if result["changed"] else "no change")
+        click.echo(f"{host:<20} {state}")
+        for name in result["changed"]:
+            click.echo(f"    {verb}: {name}")
+        for name in result["failed"]:
+            click.echo(f"    failed: {name}")
+    click.echo(f"report: {report_path}")
+    sys.exit(code)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -18,7 +18,7 @@ import pytest
 
 from gpunode.errors import GpunodeError
 from gpunode.verify.checks import STEPS, StepResult, facts_command, judge, split_facts
-from gpunode.verify.targets import Connections, Target, load_inventory
+from gpunode.verify.targets import Connections, Target, load_inventory, parse_data
 
 MAX_PARALLEL = 32
 
@@ -28,6 +28,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--inventory", dest="gpunode_inventory", help="pyinfra inventory file to verify")
     group.addoption("--limit", dest="gpunode_limit", action="append", default=[],
                     help="only these hosts or groups (glob patterns work); repeatable")
+    group.addoption("--data", dest="gpunode_data", action="append", default=[],
+                    help="override host data, KEY=VALUE, like pyinfra's --data; repeatable")
     group.addoption("--gpunode-json", dest="gpunode_json", help="write results as JSON to this file")
 
 
@@ -87,7 +89,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if not inventory:
         return
     try:
-        targets = load_inventory(inventory, session.config.getoption("gpunode_limit") or None)
+        targets = load_inventory(inventory, session.config.getoption("gpunode_limit") or None,
+                                 parse_data(session.config.getoption("gpunode_data")))
     except GpunodeError as error:
         raise pytest.UsageError(str(error)) from error
     verification = Verification(targets)

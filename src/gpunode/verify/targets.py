@@ -14,6 +14,17 @@ from gpunode.errors import GpunodeError
 from gpunode.settings import NodeSettings
 
 
+def parse_data(pairs: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings (as given to ``--data``) as a mapping."""
+    data = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise GpunodeError(f"--data {pair!r} is not KEY=VALUE", "for example: --data toolkit_version=1.20.0-1")
+        data[key] = value
+    return data
+
+
 @dataclass
 class Target:
     """One inventory host: its name, its data, and how to reach it."""
@@ -31,10 +42,11 @@ class Target:
         return self.name == "@local" or self.data.get("_connector") == "local"
 
 
-def load_inventory(path: str, limit: list[str] | None = None) -> list[Target]:
+def load_inventory(path: str, limit: list[str] | None = None, data: dict[str, str] | None = None) -> list[Target]:
     """Targets of the pyinfra inventory file ``path`` (group_data/ included), filtered by ``limit``.
 
-    ``limit`` holds host names, group names or glob patterns, like pyinfra's ``--limit``.
+    ``limit`` holds host names, group names or glob patterns, like pyinfra's ``--limit``;
+    ``data`` overrides host data for every host, like pyinfra's ``--data``.
     """
     from fnmatch import fnmatch
 
@@ -47,7 +59,7 @@ def load_inventory(path: str, limit: list[str] | None = None) -> list[Target]:
         raise GpunodeError(f"inventory {path} does not exist",
                            "give the path of a pyinfra inventory file, e.g. inventories/prod.py")
     with ctx_state.use(State()):
-        inventory = make_inventory(str(inventory_path), cwd=str(Path.cwd()))
+        inventory = make_inventory(str(inventory_path), override_data=data or None, cwd=str(Path.cwd()))
     targets = []
     for host in inventory:
         groups = sorted(host.groups)

@@ -1,0 +1,101 @@
+"""``gpunode deploy``: the pyinfra CLI without its silent traps, and a JSON report per host.
+
+Refuses a missing inventory and a ``--limit`` that matches nothing before pyinfra
+runs, never prompts (``-y`` or ``--dry``), and turns pyinfra's JSON output into
+"what changed, what failed, what was unreachable" per host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+from gpunode.verify.targets import load_inventory, parse_data
+
+STEP_FUNCTIONS = {
+    "driver": ("gpunode.steps.driver", "driver_check"),
+    "toolkit_repo": ("gpunode.steps.toolkit_repo", "toolkit_repository"),
+    "toolkit": ("gpunode.steps.toolkit", "toolkit_install"),
+    "runtime": ("gpunode.steps.runtime", "runtime_configuration"),
+}
+STEP_ORDER = tuple(STEP_FUNCTIONS)
+
+
+def deploy_file(steps: list[str]) -> str:
+    """The text of a pyinfra deploy file running ``steps`` (in bootstrap order, driver check first)."""
+    unknown = [s for s in steps if s not in STEP_FUNCTIONS and s != "bootstrap"]
+    if unknown:
+        raise GpunodeError(f"unknown step {unknown[0]!r}",
+                           f"steps: {', '.join(STEP_ORDER)}, or bootstrap (all of them)")
+    chosen = set(STEP_ORDER) if not steps or "bootstrap" in steps else {"driver", *steps}
+    lines = ['"""Written by gpunode deploy."""']
+    for step in STEP_ORDER:
+        if step in chosen:
+            module, function = STEP_FUNCTIONS[step]
+            lines.append(f"from {module} import {function}")
+    for step in STEP_ORDER:
+        if step in chosen:
+            lines.append(f"{STEP_FUNCTIONS[step][1]}()")
+    return "\n".join(lines) + "\n"
+
+
+def summarise(payload: dict, hosts: list[str], dry: bool) -> dict:
+    """Per host: operations changed (or that would change), failed, and hosts that never answered."""
+    report: dict[str, dict] = {h: {"changed": [], "failed": [], "unchanged": 0} for h in hosts}
+    if dry:
+        for op in payload.get("plan", []):
+            for host in op.get("hosts_with_change", []):
+                report.setdefault(host, {"changed": [], "failed": [], "unchanged": 0})["changed"].append(op["name"])
+    else:
+        seen = set()
+        for op in (payload.get("results") or {}).get("operations", []):
+            for host in op.get("success", []):
+                report[host]["changed"].append(op["name"])
+                seen.add(host)
+            for host in op.get("error", []):
+                report[host]["failed"].append(op["name"])
+                seen.add(host)
+            for host in op.get("no_change", []):
+                report[host]["unchanged"] += 1
+                seen.add(host)
+        for host in hosts:
+            if host not in seen:
+                report[host]["failed"].append("unreachable: no operation ran (connection failed?)")
+    return report
+
+
+def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, report_path: str | None,
+               data: list[str] | None = None, pyinfra: str | None = None) -> tuple[int, dict]:
+    """Run the deploy; exit code 0 ok, 1 a host failed, 2 drift in a dry run."""
+    targets = load_inventory(inventory, limit or None, parse_data(data or []))
+    hosts = [t.name for t in targets]
+    pyinfra_bin = pyinfra or str(Path(sys.executable).with_name("pyinfra"))
+    with tempfile.TemporaryDirectory(prefix="gpunode-deploy-") as tmp:
+        deploy = Path(tmp) / "gpunode_deploy.py"
+        deploy.write_text(deploy_file(steps))
+        argv = [pyinfra_bin, "--json", "--dry" if dry else "-y"]
+        for pattern in limit:
+            argv += ["--limit", pattern]
+        for pair in data or []:
+            argv += ["--data", pair]
+        argv += [inventory, str(deploy)]
+        result = subprocess.run(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False)
+    try:
+        payload = json.loads(result.stdout) if result.stdout.strip() else {}
+    except json.JSONDecodeError:
+        payload = {}
+    if not payload:
+        raise GpunodeError(f"pyinfra exited {result.returncode} without a result (see its messages above)")
+    report = summarise(payload, hosts, dry)
+    if report_path:
+        Path(report_path).write_text(json.dumps({"inventory": inventory, "dry": dry, "hosts": report}, indent=2)
+                                     + "\n")
+    if any(r["failed"] for r in report.values()) or result.returncode not in (0,):
+        return 1, report
+    if dry and any(r["changed"] for r in report.values()):
+        return 2, report
+    return 0, report
