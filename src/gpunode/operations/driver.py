@@ -23,8 +23,11 @@ NO_GPU = "no working NVIDIA driver on this host (see the driver check): step ski
 
 
 def gpu_present(target: Host) -> bool:
-    """True once the driver check found a working driver on ``target`` (GPU steps run only then)."""
-    return _gpu_hosts.get(target, False)
+    """False where the driver check of this run found no working driver; GPU steps skip themselves then.
+
+    A GPU operation used without a driver check before it (someone's own deploy) runs.
+    """
+    return _gpu_hosts.get(target, True)
 
 
 @operation()

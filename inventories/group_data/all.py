@@ -1,0 +1,25 @@
+"""Data for every host of the example inventories: each key gpunode reads, at its default.
+
+Change a value here for the whole fleet, in group_data/<group>.py for a group, or
+per host in the inventory. ``gpunode deploy`` and ``gpunode verify`` read the same data.
+"""
+
+# Driver check
+driver_min_version = "535"          # oldest driver accepted (the GPU generation's own minimum applies too)
+gpu_required = False                # True: a host without a working GPU driver fails instead of being skipped
+
+# NVIDIA Container Toolkit repository (point these at your mirror when air-gapped)
+toolkit_repository_url = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+toolkit_key_url = "https://nvidia.github.io/libnvidia-container/gpgkey"
+toolkit_key_fingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"  # checked before the key is trusted
+
+# NVIDIA Container Toolkit packages (all four at this version)
+toolkit_version = "1.17.8-1"
+toolkit_hold = True                 # apt-mark hold, so unattended upgrades do not move them
+
+# Container runtime
+container_runtime = "auto"          # auto (docker if dockerd is installed, else containerd), containerd, docker
+nvidia_runtime_default = False      # False: pods use runtimeClassName: nvidia; True: nvidia is the default runtime
+cdi_enabled = False                 # enable CDI in the runtime (enable_cdi / features.cdi)
+containerd_systemd_cgroup = True    # SystemdCgroup for runc when gpunode writes containerd's base config
+runtime_restart_timeout = 60        # seconds to wait for the runtime to answer after a restart
