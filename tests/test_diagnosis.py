@@ -1,0 +1,225 @@
+"""Diagnoses: each broken state gives the finding an SRE needs (what, evidence, fix), healthy ones none."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis import driver as driver_diagnosis
+from gpunode.diagnosis import runtime as runtime_diagnosis
+from gpunode.diagnosis import toolkit as toolkit_diagnosis
+from gpunode.diagnosis import toolkit_repo as repo_diagnosis
+from gpunode.settings import NodeSettings
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "nvidia-ctk"
+
+A100 = {
+    "nvidia_smi": {"rc": 0, "output": ["..."], "gpus": [
+        {"index": i, "name": "NVIDIA A100-SXM4-40GB", "uuid": f"GPU-{i}", "memory_mib": 40960,
+         "driver_version": "550.54.15", "pci_bus_id": f"00000000:0{i}:00.0", "compute_cap": "8.0",
+         "mig_mode": "Disabled"} for i in range(2)]},
+    "module_version": "550.54.15", "proc_version": "NVRM version: ...",
+    "devices": ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1"],
+    "modules": ["nvidia_uvm", "nvidia"], "nvswitch_count": 0,
+    "fabricmanager": {"active": "inactive", "version": None}, "fabric": [],
+}
+
+
+def driver_state(**changes: object) -> dict:
+    state = copy.deepcopy(A100)
+    for key, value in changes.items():
+        if key == "smi":
+            state["nvidia_smi"].update(value)  # type: ignore[arg-type]
+        elif key == "gpu":
+            for gpu in state["nvidia_smi"]["gpus"]:
+                gpu.update(value)  # type: ignore[arg-type]
+        else:
+            state[key] = value
+    return state
+
+
+DRIVER_CASES = [
+    ("healthy", {}, {}, []),
+    ("driver not loaded", {"smi": {"rc": 9, "output": [
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure ..."], "gpus": []},
+        "module_version": None, "devices": [], "modules": []}, {}, ["kernel module is not loaded"]),
+    ("mismatch after upgrade", {"smi": {"rc": 18, "output": [
+        "Failed to initialize NVML: Driver/library version mismatch"], "gpus": []}}, {},
+     ["driver upgraded without reboot"]),
+    ("module older than user space", {"module_version": "535.183.01"}, {}, ["driver upgraded without reboot"]),
+    ("below configured minimum", {"gpu": {"driver_version": "530.30.02"}, "module_version": "530.30.02"}, {},
+     ["older than the configured minimum 535"]),
+    ("hopper needs 520.61.05", {"gpu": {"driver_version": "515.76", "name": "NVIDIA H100 80GB HBM3",
+                                        "compute_cap": "9.0"}, "module_version": "515.76"},
+     {"driver_min_version": "510"}, ["too old for NVIDIA H100 80GB HBM3 (hopper: needs >= 520.61.05)"]),
+    ("device node missing", {"devices": ["/dev/nvidiactl", "/dev/nvidia0"]}, {}, ["device nodes missing: /dev/nvidia1"]),
+    ("nouveau bound", {"smi": {"rc": 9, "output": ["NVIDIA-SMI has failed ..."], "gpus": []},
+                       "module_version": None, "modules": ["nouveau"]}, {}, ["nouveau is bound"]),
+    ("gpu lost", {"smi": {"rc": 15, "output": ["Unable to determine the device handle for GPU0000:07:00.0: GPU is "
+                                               "lost.  Reboot the system to recover this GPU"], "gpus": []}}, {},
+     ["fallen off the bus"]),
+    ("no devices", {"smi": {"rc": 6, "output": ["No devices were found"], "gpus": []}}, {}, ["no GPU initialised"]),
+    ("nvswitch without fabric manager", {"nvswitch_count": 4, "fabric": ["In Progress, N/A"]}, {},
+     ["without a running nvidia-fabricmanager"]),
+    ("fabric manager at another version", {"nvswitch_count": 4, "fabric": ["Completed, Success"],
+                                           "fabricmanager": {"active": "active", "version": "550.54.14"}}, {},
+     ["nvidia-fabricmanager 550.54.14 does not match driver 550.54.15"]),
+    ("fabric in progress", {"nvswitch_count": 4, "fabric": ["In Progress, N/A"],
+                            "fabricmanager": {"active": "active", "version": "550.54.15"}}, {},
+     ["fabric is not initialised"]),
+    ("healthy nvswitch", {"nvswitch_count": 4, "fabric": ["Completed, Success"],
+                          "fabricmanager": {"active": "active", "version": "550.54.15"}}, {}, []),
+    ("cpu-only but gpus required", {"smi": {"rc": 127, "output": [], "gpus": []}, "module_version": None,
+                                    "devices": [], "modules": []}, {"gpu_required": True}, ["no NVIDIA driver"]),
+]
+
+
+@pytest.mark.parametrize(("changes", "settings", "expected"), [c[1:] for c in DRIVER_CASES],
+                         ids=[c[0] for c in DRIVER_CASES])
+def test_driver_diagnosis(changes: dict, settings: dict, expected: list[str]) -> None:
+    findings = failures(driver_diagnosis.diagnose(driver_state(**changes), NodeSettings(**settings)))
+    assert [f.what for f in findings if any(e in f.what for e in expected)] == [f.what for f in findings]
+    assert len(findings) == len(expected)
+    for finding in findings:
+        assert finding.evidence and finding.fix
+
+
+def test_cpu_only_host_is_skipped_not_failed() -> None:
+    state = driver_state(smi={"rc": 127, "output": [], "gpus": []}, module_version=None, devices=[], modules=[])
+    findings = driver_diagnosis.diagnose(state, NodeSettings())
+    assert [f.severity for f in findings] == [Severity.SKIP]
+
+
+@pytest.mark.parametrize(("name", "cap", "family"), [
+    ("NVIDIA A100-SXM4-40GB", "8.0", "ampere"), ("NVIDIA H100 80GB HBM3", None, "hopper"),
+    ("Tesla V100-SXM2-32GB", None, "volta"), ("NVIDIA L4", None, "ada"), ("NVIDIA L40S", "8.9", "ada"),
+    ("NVIDIA A10", None, "ampere"), ("NVIDIA B200", "10.0", "blackwell"), ("Tesla T4", "7.5", "turing"),
+])
+def test_gpu_family(name: str, cap: str | None, family: str) -> None:
+    assert driver_diagnosis.gpu_family(name, cap) == family
+
+
+GOOD_LIST = ["deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+             "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"]
+
+
+@pytest.mark.parametrize(("state", "expected"), [
+    ({"keyring_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"], "list": GOOD_LIST, "stale_lists": []}, []),
+    ({"keyring_fingerprints": [], "list": GOOD_LIST, "stale_lists": []}, ["keyring"]),
+    ({"keyring_fingerprints": ["0" * 40], "list": GOOD_LIST, "stale_lists": []}, ["other than the pinned one"]),
+    ({"keyring_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"], "list": None, "stale_lists": []},
+     ["is missing"]),
+    ({"keyring_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"],
+      "list": ["deb https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH) /"], "stale_lists": []},
+     ["not the pinned line"]),
+    ({"keyring_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"], "list": GOOD_LIST,
+      "stale_lists": ["/etc/apt/sources.list.d/nvidia-docker.list"]}, ["Conflicting values set for option Signed-By"]),
+])
+def test_toolkit_repo_diagnosis(state: dict, expected: list[str]) -> None:
+    findings = repo_diagnosis.diagnose(state, NodeSettings())
+    assert len(findings) == len(expected)
+    for finding, text in zip(findings, expected, strict=True):
+        assert text in finding.what
+
+
+PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+            "libnvidia-container1")
+
+
+@pytest.mark.parametrize(("versions", "held", "hold", "expected"), [
+    ({p: "1.17.8-1" for p in PACKAGES}, list(PACKAGES), True, []),
+    ({p: None for p in PACKAGES}, [], True, ["is not installed"]),
+    ({**{p: "1.17.8-1" for p in PACKAGES}, "libnvidia-container1": "1.20.0-1"}, [], True,
+     ["not all at the pinned 1.17.8-1"]),
+    ({p: "1.17.8-1" for p in PACKAGES}, ["nvidia-container-toolkit"], True, ["not held"]),
+    ({p: "1.17.8-1" for p in PACKAGES}, [], False, []),
+])
+def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: list[str]) -> None:
+    findings = toolkit_diagnosis.diagnose({"versions": versions, "held": held}, NodeSettings(toolkit_hold=hold))
+    assert [e for e, f in zip(expected, findings, strict=True) if e in f.what] == expected
+
+
+def containerd_state(main: str | None, dump: str, active: str = "active") -> dict:
+    return {"installed": ["containerd"], "active": {"containerd": active}, "containerd_config": main,
+            "containerd_dropins": {}, "containerd_dump": {"rc": 0, "text": dump}, "containerd_default": None,
+            "docker_config": None}
+
+
+def fixture(version: str, case: str, name: str = "config.toml") -> str:
+    path = FIXTURES / version / case / "files" / name
+    return path.read_text()
+
+
+@pytest.mark.parametrize(("case", "settings", "codes"), [
+    ("v1.17.8/ctrd-containerd-1.6.20-default", {}, set()),
+    ("v1.17.8/ctrd-containerd-1.7.24-default-setdefault", {}, {"default-runtime-wrong"}),
+    ("v1.17.8/ctrd-containerd-1.7.24-default-setdefault", {"nvidia_runtime_default": True}, set()),
+    ("v1.17.8/ctrd-custom-v2-systemd-cdi", {"cdi_enabled": True}, set()),
+    ("v1.17.8/ctrd-custom-v2-systemd", {"cdi_enabled": True}, {"cdi-missing"}),
+    ("v1.17.8/ctrd-containerd-2.1.9-default", {}, set()),
+    ("v1.17.8/ctrd-debian-packaged-config", {}, {"base-config-missing"}),
+    ("v1.20.0/ctrd-containerd-1.7.24-default-nodropin", {}, {"nvidia-runtime-missing"}),
+])
+def test_runtime_diagnosis_reads_the_effective_containerd_config(case: str, settings: dict, codes: set) -> None:
+    version, name = case.split("/")
+    text = fixture(version, name)
+    findings = runtime_diagnosis.diagnose(containerd_state(text, text), NodeSettings(**settings))
+    assert {f.code for f in findings} == codes
+
+
+def test_runtime_dropin_layout_reads_as_configured() -> None:
+    main = fixture("v1.20.0", "ctrd-custom-v2-systemd")
+    dropin = fixture("v1.20.0", "ctrd-custom-v2-systemd", "etc/containerd/conf.d/99-nvidia.toml")
+    # containerd merges the drop-in's CRI table over the main config: the drop-in is a full snapshot of it
+    findings = runtime_diagnosis.diagnose(containerd_state(main, dropin), NodeSettings())
+    assert findings == []
+    main_only = runtime_diagnosis.diagnose(containerd_state(main, main), NodeSettings())
+    assert {f.code for f in main_only} == {"nvidia-runtime-missing"}
+
+
+def test_invalid_toml_is_refused_with_its_location() -> None:
+    findings = runtime_diagnosis.diagnose(containerd_state("version = 2\n[plugins\n", ""), NodeSettings())
+    assert [f.code for f in findings] == ["config-invalid"]
+    assert "line 2" in findings[0].evidence[0]
+
+
+def test_stopped_runtime() -> None:
+    text = fixture("v1.17.8", "ctrd-containerd-1.6.20-default")
+    findings = runtime_diagnosis.diagnose(containerd_state(text, text, active="inactive"), NodeSettings())
+    assert [f.code for f in findings] == ["runtime-down"]
+    assert "systemctl is-active containerd: inactive" in findings[0].evidence
+
+
+@pytest.mark.parametrize(("text", "settings", "codes"), [
+    (None, {}, {"nvidia-runtime-missing"}),
+    ("", {}, {"nvidia-runtime-missing"}),
+    ('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime", "args": []}}}', {}, set()),
+    ('{"default-runtime": "nvidia", "runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}', {},
+     {"default-runtime-wrong"}),
+    ('{"runtimes": {"nvidia": {"path": "nvidia-container-runtime"}}}', {"cdi_enabled": True}, {"cdi-missing"}),
+    ('{"runtimes": ', {}, {"config-invalid"}),
+])
+def test_docker_diagnosis(text: str | None, settings: dict, codes: set) -> None:
+    state = {"installed": ["containerd", "docker"], "active": {"docker": "active", "containerd": "active"},
+             "containerd_config": None, "containerd_dropins": {}, "containerd_dump": None,
+             "containerd_default": None, "docker_config": text}
+    assert {f.code for f in runtime_diagnosis.diagnose(state, NodeSettings(**settings))} == codes
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"toolkit_version": "1.17.8"}, "is not a Debian package version"),
+    ({"toolkit_key_fingerprint": "c95b 321b"}, "is not a 40-hex-digit fingerprint"),
+    ({"container_runtime": "podman"}, "container_runtime 'podman' is not supported"),
+    ({"nvidia_runtime_default": "maybe"}, "nvidia_runtime_default must be true or false"),
+    ({"driver_min_version": "latest"}, "is not a driver version"),
+    ({"toolkit_repository_url": "nvidia.github.io"}, "is not a URL"),
+    ({"runtime_restart_timeout": "soon"}, "must be a whole number"),
+])
+def test_bad_inventory_data_names_the_key(data: dict, message: str) -> None:
+    from gpunode.errors import GpunodeError
+
+    with pytest.raises(GpunodeError, match=message):
+        NodeSettings.from_data(data)
