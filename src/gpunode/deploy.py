@@ -88,9 +88,12 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
         payload = json.loads(result.stdout) if result.stdout.strip() else {}
     except json.JSONDecodeError:
         payload = {}
-    if not payload:
-        raise GpunodeError(f"pyinfra exited {result.returncode} without a result (see its messages above)")
-    report = summarise(payload, hosts, dry)
+    if payload:
+        report = summarise(payload, hosts, dry)
+    else:  # pyinfra stops without a result when every host failed ("No hosts remaining!") or prepare failed
+        why = f"pyinfra exited {result.returncode} without a result: every host failed or the deploy did not load"
+        report = {host: {"changed": [], "failed": [why + " (see its messages above)"], "unchanged": 0}
+                  for host in hosts}
     if report_path:
         Path(report_path).write_text(json.dumps({"inventory": inventory, "dry": dry, "hosts": report}, indent=2)
                                      + "\n")

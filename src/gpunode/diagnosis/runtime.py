@@ -95,7 +95,10 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
     cri = cri_table(effective)
     runtimes = cri.get("containerd", {}).get("runtimes", {})
     findings = []
-    if text is None or "runc" not in runtimes:
+    # 'config dump' adds containerd's built-in runc when the files define no runtime at all, so whether a
+    # base config exists is read from the files themselves: Debian's stub plus nvidia breaks the CRI plugin.
+    written = [tomllib.loads(t) for t in [text or "", *state["containerd_dropins"].values()]]
+    if text is None or not any("runc" in cri_table(doc).get("containerd", {}).get("runtimes", {}) for doc in written):
         findings.append(fail("base-config-missing",
                              f"{CONTAINERD_CONFIG} is {'missing' if text is None else 'a stub without a runc runtime'}"
                              ": the CRI plugin has no base runtime for nvidia to copy",
@@ -119,6 +122,12 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
     if settings.cdi_enabled and not cri.get("enable_cdi", False):
         findings.append(fail("cdi-missing", "CDI is not enabled in containerd's CRI plugin (cdi_enabled: true)",
                              ["containerd config dump: enable_cdi is false"], "re-run deploys/runtime.py"))
+    status = state.get("cri_status")
+    if status not in (None, "ok") and state["active"].get("containerd") == "active":
+        findings.append(fail("cri-plugin-failed", "containerd runs but its CRI plugin failed to load: kubelet "
+                             "cannot start pods", [f"ctr plugins ls: cri {status}"],
+                             "journalctl -u containerd | grep 'failed to load plugin io.containerd.grpc.v1.cri' "
+                             "says why; re-run deploys/runtime.py"))
     return findings
 
 

@@ -35,6 +35,7 @@ class RuntimeConfig(FactBase):
             "containerd_default": "...",                   # 'containerd config default', only when the
                                                            # config is absent or has no runc runtime
             "docker_config": "{...}",                      # None when /etc/docker/daemon.json is absent
+            "cri_status": "ok",                            # containerd's CRI plugin (ctr plugins ls), None if unknown
         }
     """
 
@@ -54,6 +55,8 @@ class RuntimeConfig(FactBase):
             f"if command -v containerd >/dev/null 2>&1 && ! grep -qs 'runtimes.runc' {CONTAINERD_CONFIG}; then"
             " containerd config default 2>/dev/null; fi",
             section("docker_config"), _encoded(DOCKER_CONFIG),
+            section("cri"),
+            "if command -v ctr >/dev/null 2>&1; then ctr plugins ls 2>/dev/null | awk '$2==\"cri\"{print $4}'; fi",
             "true",
         ])
 
@@ -84,4 +87,5 @@ class RuntimeConfig(FactBase):
             "containerd_dump": None if dump is None or rc is None else {"rc": rc, "text": "\n".join(dump_lines)},
             "containerd_default": "\n".join(default) + "\n" if default else None,
             "docker_config": decoded(parts.get("docker_config")),
+            "cri_status": (parts.get("cri") or [None])[0],
         }

@@ -24,7 +24,9 @@ from gpunode.settings import NodeSettings
 
 BACKUP_ROOT = "/var/backups/gpunode"
 DROPIN = f"{CONTAINERD_DROPIN_DIR}/99-nvidia.toml"
-READY_CHECK = {"containerd": "ctr version", "docker": "docker info"}
+# containerd must answer AND load its CRI plugin (a config can start containerd yet break CRI)
+READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\" && $4!=\"ok\"{exit 1}'",
+               "docker": "docker info"}
 
 
 def backup_dir(stamp: str) -> str:
@@ -122,7 +124,7 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     if runtime == "docker" and state["docker_config"] is not None and not state["docker_config"].strip():
         yield from upload("{}\n", DOCKER_CONFIG)  # nvidia-ctk fails on an empty daemon.json ('EOF')
 
-    if codes & {"nvidia-runtime-missing", "cdi-missing", "base-config-missing"} or (
+    if codes & {"nvidia-runtime-missing", "cdi-missing", "base-config-missing", "cri-plugin-failed"} or (
             "default-runtime-wrong" in codes and settings.nvidia_runtime_default):
         flags = [f"--runtime={runtime}", f"--config={config_path}"]
         if settings.nvidia_runtime_default:
@@ -171,9 +173,9 @@ def restarted(settings: NodeSettings, stamp: str):
         "set -u",
         f"systemctl restart {runtime} || true",
         f"end=$(( $(date +%s) + {timeout} ))",
-        f"until {check} >/dev/null 2>&1; do",
+        f"until ( {check} ) >/dev/null 2>&1; do",
         "  if [ \"$(date +%s)\" -ge \"$end\" ]; then",
-        f"    echo \"gpunode: {runtime} did not answer '{check}' within {timeout} s after the restart;"
+        f"    echo \"gpunode: {runtime} did not answer '{check.split(' &&')[0]}' within {timeout} s after the restart;"
         f" restoring the configs saved in {backup_dir(stamp)}\" >&2",
         f"    journalctl -u {runtime} -n 20 --no-pager >&2 2>/dev/null || true",
         f"    {restore_command(stamp)}",
