@@ -51,8 +51,8 @@ class DriverState(FactBase):
             "if [ -d /proc/driver/nvidia-nvswitch ]; then grep -c . /proc/driver/nvidia-nvswitch/devices"
             " 2>/dev/null || echo 0; else echo 0; fi",
             section("fabricmanager"),
-            "systemctl is-active nvidia-fabricmanager 2>/dev/null || true;"
-            " nv-fabricmanager --version 2>/dev/null | sed -n 's/.*version is : *//p'",
+            "if [ -s /proc/driver/nvidia-nvswitch/devices ]; then systemctl is-active nvidia-fabricmanager"
+            " 2>/dev/null || true; nv-fabricmanager --version 2>/dev/null | sed -n 's/.*version is : *//p'; fi",
             section("fabric"),
             "if [ -s /proc/driver/nvidia-nvswitch/devices ]; then nvidia-smi"
             " --query-gpu=fabric.state,fabric.status --format=csv,noheader 2>/dev/null | sort -u; fi",

@@ -45,7 +45,8 @@ class RuntimeConfig(FactBase):
             "command -v containerd >/dev/null 2>&1 && echo containerd;"
             " command -v dockerd >/dev/null 2>&1 && echo docker; command -v crio >/dev/null 2>&1 && echo crio",
             section("active"),
-            "for s in containerd docker crio; do echo \"$s $(systemctl is-active $s 2>/dev/null || true)\"; done",
+            "systemctl is-active containerd docker crio 2>/dev/null | paste -d' ' - - - | "
+            "awk '{print \"containerd \" $1; print \"docker \" $2; print \"crio \" $3}'",
             section("containerd_config"), _encoded(CONTAINERD_CONFIG),
             section("containerd_dropins"),
             f"for f in {CONTAINERD_DROPIN_DIR}/*.toml; do [ -f \"$f\" ] && echo \"$f $(base64 -w0 \"$f\")\"; done",

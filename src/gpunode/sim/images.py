@@ -37,9 +37,11 @@ SIM_LIB = "/usr/lib/gpunode-sim"
 
 SYSTEMCTL_WRAPPER = f"""#!/bin/sh
 # gpunode simulated node: systemctl is docker-systemctl-replacement (see {SIM_LIB}).
-# Debian's helpers pass --root=/, which it does not take.
+# Debian's helpers pass --root=/, which it does not take. It runs as a module so its
+# precompiled bytecode is used (compiling its 7,000 lines took 120 ms per call).
 for arg do shift; [ "$arg" = "--root=/" ] || set -- "$@" "$arg"; done
-exec /usr/bin/python3 {SIM_LIB}/systemctl3.py "$@"
+exec /usr/bin/python3 -c 'import runpy, sys; sys.path.insert(0, "{SIM_LIB}"); sys.argv[0] = "systemctl"; \
+runpy.run_module("systemctl3", run_name="__main__", alter_sys=True)' "$@"
 """
 JOURNALCTL_WRAPPER = f"""#!/bin/sh
 exec /usr/bin/python3 {SIM_LIB}/journalctl3.py "$@"
@@ -188,6 +190,7 @@ def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
         rm -f /etc/ssh/ssh_host_*
         : > /etc/machine-id
         rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+        python3 -m compileall -q {SIM_LIB}
     """
     _chroot_build(paths, "sim", upper, script)
     _write(upper, "/usr/bin/systemctl", SYSTEMCTL_WRAPPER, 0o755)
