@@ -73,6 +73,26 @@ def test_dry_run_reports_no_drift(fleet: dict, tmp_path: Path) -> None:
     assert all(not r["changed"] for r in report.values())
 
 
+def test_dry_run_finds_drift_and_exits_2(fleet: dict, tmp_path: Path) -> None:
+    ssh(fleet, "node02", "rm /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg")
+    result, report = deploy(fleet, tmp_path, "--dry")
+    assert result.returncode == 2, result.stdout + result.stderr[-2000:]
+    assert any("apt repository" in name for name in report["node02"]["changed"]), report
+    assert not report["node01"]["changed"] and not report["node03"]["changed"]
+    assert ssh(fleet, "node02", "ls /usr/share/keyrings/").count("nvidia") == 0  # --dry changed nothing
+    assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
+def test_plain_pytest_runs_the_suites(fleet: dict, tmp_path: Path) -> None:
+    result = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "--pyargs", "gpunode.verify.suites",
+                             "--inventory", INVENTORY, "--limit", "node0[12]", "-q", "-p", "no:cacheprovider",
+                             "--junit-xml", str(tmp_path / "suites.xml")], cwd=REPO,
+                            env=fleet["env"], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "8 passed" in result.stdout
+    assert 'tests="8"' in (tmp_path / "suites.xml").read_text()
+
+
 def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> None:
     junit, html = tmp_path / "verify.xml", tmp_path / "verify.html"
     result, results = verify(fleet, tmp_path, "--junit-xml", str(junit), "--html", str(html))
