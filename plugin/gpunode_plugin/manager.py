@@ -25,6 +25,7 @@ from gpunode_plugin.server import PluginServer
 
 log = logging.getLogger("gpunode_plugin")
 WATCH_INTERVAL = 0.05
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 
 
 class StartupError(Exception):
@@ -86,6 +87,11 @@ class PluginManager:
             self.idle_reason = "no GPUs found: nothing to advertise"
             log.warning(self.idle_reason)
             return
+        for name in self.resources:
+            path = os.path.join(self.socket_dir, socket_name(name))
+            if len(path.encode()) > MAX_SOCKET_PATH:
+                raise StartupError(f"the socket path {path} is {len(path.encode())} bytes; unix sockets allow "
+                                   f"{MAX_SOCKET_PATH}: use a shorter socket directory (--kubelet-socket)")
         for name, resource in self.resources.items():
             self.servers[name] = PluginServer(resource, self.socket_dir, socket_name(name), self.config,
                                               self.metrics, self._stream_ended)
