@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
-import shutil
 import sys
 import tempfile
 import time
@@ -52,7 +52,8 @@ class PluginRun:
     def start(self, kubelet: bool = True, wrapper: tuple[str, ...] = ()) -> PluginRun:
         if kubelet:
             self.kubelet.start()
-        argv = [*wrapper, sys.executable, "-m", "gpunode_plugin", "--backend", "sim", "--sim-state-file", str(self.state_file),
+        argv = [*wrapper, sys.executable, "-m", "gpunode_plugin", "--backend", "sim",
+                "--sim-state-file", str(self.state_file),
                 "--sim-events-file", str(self.events_file), "--kubelet-socket", str(self.socket_dir / "kubelet.sock"),
                 "--http-address", f"127.0.0.1:{self.port}", *self.args]
         self.process = subprocess.Popen(argv, env=self.env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,

@@ -321,8 +321,9 @@ def test_socket_path_too_long(plugin, tmp_path: Path) -> None:
 
 
 def test_kubelet_refuses_bad_registrations(tmp_path: Path) -> None:
-    from gpunode.sim.kubelet import KubeletStandin
     from gpunode_plugin.api import pb, rpc
+
+    from gpunode.sim.kubelet import KubeletStandin
 
     kubelet = KubeletStandin(str(tmp_path / "dp"))
     kubelet.start()

@@ -62,6 +62,7 @@ class KubeletStandin(rpc.RegistrationServicer):
         self.dial_timeout = dial_timeout
         self.plugins: dict[str, PluginEndpoint] = {}
         self.registrations: list[tuple[float, str]] = []
+        self.register_seconds: list[float] = []  # how long each accepted Register took (dial-back included)
         self.errors: list[str] = []
         self._lock = threading.Condition()
         self._server: grpc.Server | None = None
@@ -99,6 +100,7 @@ class KubeletStandin(rpc.RegistrationServicer):
     # -- Registration service -----------------------------------------------------------------------------------
 
     def Register(self, request: pb.RegisterRequest, context: grpc.ServicerContext) -> pb.Empty:  # noqa: N802
+        started = time.monotonic()
         if request.version not in SUPPORTED_VERSIONS:
             self._refuse(context, f'requested API version "{request.version}" is not supported by kubelet. '
                                   f'Supported versions are ["{VERSION}"]')
@@ -124,6 +126,7 @@ class KubeletStandin(rpc.RegistrationServicer):
                 old.channel.close()
             self.plugins[request.resource_name] = plugin
             self.registrations.append((time.monotonic(), request.resource_name))
+            self.register_seconds.append(time.monotonic() - started)
             self._lock.notify_all()
         threading.Thread(target=self._watch, args=(plugin,), name=f"lw-{request.resource_name}",
                          daemon=True).start()
