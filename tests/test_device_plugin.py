@@ -98,6 +98,7 @@ def test_preferred_allocation_prefers_nvlink_and_numa_and_never_fails(plugin) ->
     run = plugin(profile="h100x8-nvswitch", gpu_edit=topology).start()
     assert run.wait_registered()
     ids = [g["uuid"] for g in run.gpus]
+    assert run.kubelet.plugins["nvidia.com/gpu"].topology == {u: [0 if i < 4 else 1] for i, u in enumerate(ids)}
     assert sorted(run.kubelet.preferred("nvidia.com/gpu", ids, [], 2)) == sorted([ids[0], ids[5]]) or \
         sorted(run.kubelet.preferred("nvidia.com/gpu", ids, [], 2)) == sorted([ids[2], ids[3]])
     assert set(run.kubelet.preferred("nvidia.com/gpu", ids, [ids[3]], 2)) == {ids[2], ids[3]}
@@ -318,6 +319,18 @@ def test_socket_path_too_long(plugin, tmp_path: Path) -> None:
     run.start(kubelet=False)
     assert run.process is not None and run.process.wait(15) == 1
     assert "unix sockets allow 107: use a shorter socket directory" in run.output()
+
+
+def test_help_has_examples_and_the_version_runs() -> None:
+    import subprocess
+    import sys
+
+    shown = subprocess.run([sys.executable, "-m", "gpunode_plugin", "--help"], capture_output=True, text=True,
+                           check=False)
+    assert shown.returncode == 0 and "examples:" in shown.stdout and "--mig-strategy" in shown.stdout
+    version = subprocess.run([sys.executable, "-m", "gpunode_plugin", "--version"], capture_output=True, text=True,
+                             check=False)
+    assert version.stdout.startswith("gpunode-device-plugin ")
 
 
 def test_kubelet_refuses_bad_registrations(tmp_path: Path) -> None:
