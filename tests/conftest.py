@@ -13,6 +13,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# pyinfra-testing imports pyinfra_cli, which gevent-monkey-patches the whole process on import, and the
+# in-process gRPC kubelet stand-in hangs in a patched process. So the data-driven pyinfra tests run in
+# their own session: scripts/test runs `pytest` and then `GPUNODE_PYINFRA_DATA_TESTS=1 pytest`.
+PYINFRA_DATA_TESTS = {"test_facts.py", "test_operations.py"}
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    wanted = os.environ.get("GPUNODE_PYINFRA_DATA_TESTS") == "1"
+    return (collection_path.name in PYINFRA_DATA_TESTS) != wanted
 GPUNODE = [sys.executable, "-m", "gpunode.cli"]
 
 

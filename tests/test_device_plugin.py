@@ -365,3 +365,11 @@ def test_sigterm_removes_our_socket_only(plugin) -> None:
     assert run.stop() == 0
     assert not (run.socket_dir / "gpunode-gpu.sock").exists()
     assert '"stopped; removed our sockets"' in run.output() or "stopped; removed our sockets" in run.output()
+
+
+def test_this_session_is_not_gevent_patched() -> None:
+    """pyinfra_cli patches the process with gevent on import; the gRPC tests here must not run patched."""
+    import sys
+
+    monkey = sys.modules.get("gevent.monkey")
+    assert monkey is None or not monkey.is_module_patched("threading")
