@@ -180,9 +180,11 @@ def test_a_failing_node_is_reported_by_name_and_the_others_come_up(tmp_path: Pat
         assert result.stdout.count(" up") >= 1 and "node01   127.0.21.1" in result.stdout
         assert _listening("127.0.21.1")
     finally:
-        down = gpunode("sim", "down", env=env, check=False)
+        # without GPUNODE_SIM_NET: down must find the fleet's block in its state, not in the environment
+        down = gpunode("sim", "down", env={k: v for k, v in env.items() if k != "GPUNODE_SIM_NET"}, check=False)
     assert down.returncode == 0, down.stderr
     assert not _listening("127.0.21.1")
+    assert not Path("/run/netns/gpunode21-node01").exists() and not Path("/run/netns/gpunode21-node02").exists()
 
 
 def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_env: dict) -> None:

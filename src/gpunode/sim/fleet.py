@@ -72,6 +72,10 @@ class FleetState:
         tmp.write_text(json.dumps(self.data, indent=2))
         os.replace(tmp, self.paths.fleet_file)
 
+    def net_block(self, paths: SimPaths) -> int:
+        """The loopback block the running fleet uses (recorded at ``up``; the environment's otherwise)."""
+        return int(self.data.get("net_block", paths.net_block))
+
     def processes(self, name: str) -> list[NodeProcess]:
         entry = self.data["nodes"].get(name, {})
         return [NodeProcess(role, pid) for role, pid in entry.get("pids", {}).items()]
@@ -136,6 +140,11 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     """Start ``specs`` (nodes already running are left as they are) and report each."""
     prereqs.check_host()
     state = FleetState(paths)
+    if state.data["nodes"] and state.net_block(paths) != paths.net_block:
+        raise GpunodeError(f"the fleet in {paths.state} runs on 127.0.{state.net_block(paths)}.N, not "
+                           f"127.0.{paths.net_block}.N", f"set GPUNODE_SIM_NET={state.net_block(paths)}, or "
+                           "'gpunode sim down' first")
+    state.data["net_block"] = paths.net_block
     clash = [s.name for s in specs if s.name in state.data["nodes"]
              and state.data["nodes"][s.name]["profile"] != s.profile_name
              and any(p.alive() for p in state.processes(s.name))]
@@ -210,7 +219,8 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(chosen)))) as pool:
         list(pool.map(lambda n: stop_processes(state.processes(n)), chosen))
     for name in chosen:
-        subprocess.run(["ip", "netns", "del", netns_of(paths, name)], capture_output=True, check=False)
+        subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
+                       check=False)
         sock = paths.node(name) / "sshd.sock"
         if sock.exists():
             sock.unlink()
@@ -241,7 +251,7 @@ def leftovers(paths: SimPaths) -> list[str]:
         if fields[4].startswith(state_dir):
             found.append(f"mount {fields[4]}")
     state = FleetState(paths)
-    prefix = f"gpunode{paths.net_block}-"
+    prefix = f"gpunode{state.net_block(paths)}-"
     for ns in sorted(Path("/run/netns").glob(f"{prefix}*")) if Path("/run/netns").exists() else []:
         if ns.name.removeprefix(prefix) not in state.data["nodes"]:
             found.append(f"network namespace {ns.name}")
@@ -263,10 +273,6 @@ def _stray_processes(paths: SimPaths) -> list[tuple[int, str]]:
         if f"{paths.state}/" in cmdline and "gpunode" not in cmdline.split()[0]:
             strays.append((int(proc.name), cmdline))
     return strays
-
-
-def netns_of(paths: SimPaths, node: str) -> str:
-    return f"gpunode{paths.net_block}-{node}"
 
 
 def status(paths: SimPaths) -> list[dict]:
