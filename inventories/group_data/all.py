@@ -23,3 +23,11 @@ nvidia_runtime_default = False      # False: pods use runtimeClassName: nvidia; 
 cdi_enabled = False                 # enable CDI in the runtime (enable_cdi / features.cdi)
 containerd_systemd_cgroup = True    # SystemdCgroup for runc when gpunode writes containerd's base config
 runtime_restart_timeout = 60        # seconds to wait for the runtime to answer after a restart
+
+# Cluster objects (gpunode render)
+plugin_image = "gpunode-device-plugin:0.1.0"   # build it from plugin/Dockerfile and push it to your registry
+plugin_namespace = "gpunode-system"
+plugin_mig_strategy = "none"                   # none, single, mixed
+plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
+label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
+label_model_prefix = "nvidia-"

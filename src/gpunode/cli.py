@@ -105,6 +105,26 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
     sys.exit(code)
 
 
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+def render(inventory: str) -> None:
+    """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
+
+    Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy and
+    nvidia_runtime_default from the inventory's data (group_data/all.py).
+
+    \b
+    Example:
+      gpunode render inventories/prod.py | kubectl apply --dry-run=server -f -
+    """
+    from gpunode.cluster.manifests import ManifestSettings
+    from gpunode.cluster.manifests import render as render_manifests
+    from gpunode.verify.targets import load_inventory
+
+    targets = load_inventory(inventory)
+    click.echo(render_manifests(ManifestSettings.from_data(targets[0].data)), nl=False)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

@@ -1,0 +1,1 @@
+"""The cluster layer: node labels by GPU model and the device-plugin manifests."""

@@ -1,0 +1,144 @@
+"""Cluster layer: labels from GPU facts (GFD-compatible) and manifests valid for each Kubernetes minor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
+from gpunode.cluster.manifests import ManifestSettings, documents, render
+from gpunode.errors import GpunodeError
+from gpunode.facts.driver import QUERY_FIELDS, DriverState
+from gpunode.sim.aptrepo import render_standin
+from gpunode.sim.gpus import driver_state
+from gpunode.sim.profiles import load_profile
+
+from .conftest import REPO
+
+KUBERNETES_MINORS = [f"1.{minor}.0" for minor in range(29, 38)]
+
+
+def facts_of(profile: str, tmp_path: Path) -> dict:
+    """DriverState parsed from the simulated nvidia-smi's real output for ``profile``."""
+    state = tmp_path / "gpu.json"
+    state.write_text(json.dumps(driver_state("node01", load_profile(profile))))
+    script = tmp_path / "nvidia-smi"
+    script.write_text(render_standin("nvidia_smi.py"))
+    out = subprocess.run([sys.executable, str(script), f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, env={"GPUNODE_SIM_GPU_STATE": str(state)}, check=False)
+    lines = ["##gpunode:smi", *out.stdout.splitlines(), f"rc={out.returncode}"]
+    return DriverState().process(lines)
+
+
+def test_a100_node_labels(tmp_path: Path) -> None:
+    labels = gpu_labels(facts_of("a100x4-containerd", tmp_path)["nvidia_smi"]["gpus"])
+    assert labels.warnings == []
+    assert labels.labels == {
+        "accelerator": "nvidia-a100",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+        "nvidia.com/gpu.count": "4",
+        "nvidia.com/gpu.memory": "40960",
+        "nvidia.com/gpu.family": "ampere",
+        "nvidia.com/gpu.compute.major": "8",
+        "nvidia.com/gpu.compute.minor": "0",
+        "nvidia.com/cuda.driver.major": "550",
+        "nvidia.com/cuda.driver.minor": "54",
+        "nvidia.com/cuda.driver.rev": "15",
+        "nvidia.com/mig.capable": "true",
+    }
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ("h100x8-nvswitch", {"accelerator": "nvidia-h100", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                         "nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.memory": "81559",
+                         "nvidia.com/gpu.count": "8"}),
+    ("v100x2-docker", {"accelerator": "nvidia-v100", "nvidia.com/gpu.product": "Tesla-V100-SXM2-32GB",
+                       "nvidia.com/gpu.family": "volta", "nvidia.com/mig.capable": "false",
+                       "nvidia.com/cuda.driver.major": "535"}),
+])
+def test_other_profiles(tmp_path: Path, profile: str, expected: dict) -> None:
+    labels = gpu_labels(facts_of(profile, tmp_path)["nvidia_smi"]["gpus"]).labels
+    assert {key: labels.get(key) for key in expected} == expected
+
+
+def test_cpu_node_and_failed_driver_get_no_gpu_labels(tmp_path: Path) -> None:
+    assert gpu_labels([]).labels == {}
+    broken = dict(load_profile("a100x4-containerd"), faults=["driver-not-loaded"])
+    state = tmp_path / "gpu.json"
+    state.write_text(json.dumps(driver_state("node01", broken)))
+    script = tmp_path / "nvidia-smi"
+    script.write_text(render_standin("nvidia_smi.py"))
+    out = subprocess.run([sys.executable, str(script), f"--query-gpu={QUERY_FIELDS}", "--format=csv,noheader"],
+                         capture_output=True, text=True, env={"GPUNODE_SIM_GPU_STATE": str(state)}, check=False)
+    facts = DriverState().process(["##gpunode:smi", *out.stdout.splitlines(), f"rc={out.returncode}"])
+    assert gpu_labels(facts["nvidia_smi"]["gpus"]).labels == {}
+
+
+def test_mixed_models_take_the_majority_with_a_warning() -> None:
+    def gpu(index: int, name: str, memory: int) -> dict:
+        return {"index": index, "name": name, "memory_mib": memory, "driver_version": "550.54.15",
+                "compute_cap": "8.0", "mig_mode": None, "uuid": f"GPU-{index}", "pci_bus_id": ""}
+
+    result = gpu_labels([gpu(0, "NVIDIA A40", 46068), gpu(1, "NVIDIA A100-SXM4-40GB", 40960),
+                         gpu(2, "NVIDIA A100-SXM4-40GB", 40960)])
+    assert result.labels["accelerator"] == "nvidia-a100" and result.labels["nvidia.com/gpu.count"] == "2"
+    assert "GPUs of 2 models on one node" in result.warnings[0]
+    tie = gpu_labels([gpu(0, "NVIDIA A40", 46068), gpu(1, "NVIDIA A100-SXM4-40GB", 40960)])
+    assert tie.labels["accelerator"] == "nvidia-a40"  # a tie goes to the lowest GPU index
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3"), ("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB"),
+    ("NVIDIA GeForce RTX 4090 (Laptop)", "NVIDIA-GeForce-RTX-4090-Laptop"), ("Tesla T4", "Tesla-T4"),
+])
+def test_product_is_sanitised_like_gfd(name: str, value: str) -> None:
+    assert sanitise_product(name) == value
+
+
+def test_model_label_key_and_prefix_are_inventory_data() -> None:
+    settings = LabelSettings.from_data({"label_model_key": "gpu-model", "label_model_prefix": ""})
+    gpus = [{"index": 0, "name": "Tesla T4", "memory_mib": 15109, "driver_version": "535.183.01",
+             "compute_cap": "7.5", "mig_mode": None}]
+    labels = gpu_labels(gpus, settings).labels
+    assert labels["gpu-model"] == "t4" and labels["nvidia.com/gpu.family"] == "turing"
+
+
+@pytest.mark.parametrize("version", KUBERNETES_MINORS)
+@pytest.mark.parametrize("nvidia_default", [False, True])
+def test_manifests_pass_schema_validation(version: str, nvidia_default: bool) -> None:
+    docs = documents(render(ManifestSettings(nvidia_runtime_default=nvidia_default, mig_strategy="mixed")))
+    assert [d["kind"] for d in docs] == ["Namespace", "ServiceAccount"] + (
+        [] if nvidia_default else ["RuntimeClass"]) + ["DaemonSet"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_daemonset_runs_on_gpu_nodes_only_with_the_plugin_socket_dir() -> None:
+    daemonset = documents(render(ManifestSettings()))[-1]
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["runtimeClassName"] == "nvidia"
+    assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
+    container = pod["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_bad_manifest_data_names_the_key() -> None:
+    with pytest.raises(GpunodeError, match="plugin_mig_strategy 'half' is not one of none, single, mixed"):
+        ManifestSettings.from_data({"plugin_mig_strategy": "half"})
+
+
+def test_render_command_uses_the_inventory_data() -> None:
+    result = subprocess.run([sys.executable, "-m", "gpunode.cli", "render", "inventories/prod.py"], cwd=REPO,
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    docs = documents(result.stdout)
+    assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "gpunode-device-plugin:0.1.0"
+    assert docs[0]["metadata"]["name"] == "gpunode-system"
