@@ -23,9 +23,9 @@ from pathlib import Path
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, stop_processes
+from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
-from gpunode.sim.profiles import NodeSpec, load_profile, plan_fleet
+from gpunode.sim.profiles import NodeSpec
 from gpunode.sim.ssh import client_key, write_client_files
 from gpunode.sim.tools import write_tools_layer
 
@@ -298,8 +298,6 @@ def destroy(paths: SimPaths, say: Say) -> None:
 
 def node_pid1(paths: SimPaths, name: str) -> int:
     """Host PID of a running node's PID 1, for entering its namespaces."""
-    from gpunode.sim.node import init_pid_of
-
     state = FleetState(paths)
     if name not in state.data["nodes"]:
         raise GpunodeError(f"no such node: {name}",
@@ -310,5 +308,3 @@ def node_pid1(paths: SimPaths, name: str) -> int:
         raise GpunodeError(f"{name} is not running", "start it with 'gpunode sim up'")
     return pid
 
-
-__all__ = ["up", "down", "status", "destroy", "plan_fleet", "load_profile", "node_pid1", "leftovers"]
