@@ -69,10 +69,6 @@ class Verification:
         return self.verdicts[host][step]
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpunode_step(name): the provisioning step a suite verifies")
-
-
 @pytest.fixture(scope="session")
 def gpunode_verification(request: pytest.FixtureRequest) -> Verification:
     verification = request.config.stash.get(VERIFICATION_KEY, None)
