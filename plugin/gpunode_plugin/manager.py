@@ -112,8 +112,7 @@ class PluginManager:
 
     def _register(self, name: str) -> bool:
         server = self.servers[name]
-        again = server.registered_at is not None or self.metrics.counters["gpunode_plugin_registrations_total"].get(
-            name, 0) > 0
+        again = self.metrics.counters["gpunode_plugin_registrations_total"].get(name, 0) > 0
         try:
             server.register(self.config.kubelet_socket)
         except grpc.RpcError as error:

@@ -97,7 +97,7 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
     if report_path:
         Path(report_path).write_text(json.dumps({"inventory": inventory, "dry": dry, "hosts": report}, indent=2)
                                      + "\n")
-    if any(r["failed"] for r in report.values()) or result.returncode not in (0,):
+    if any(r["failed"] for r in report.values()) or result.returncode != 0:
         return 1, report
     if dry and any(r["changed"] for r in report.values()):
         return 2, report

@@ -12,6 +12,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from gpunode.diagnosis.driver import gpu_family
+
 GFD = "nvidia.com/"
 # (pattern in the product name, short model) -- first match wins, longer names first
 SHORT_MODELS = (
@@ -53,22 +55,8 @@ def short_model(name: str) -> str | None:
 
 
 def family(compute_cap: str | None, name: str) -> str | None:
-    """GFD's architecture family from the compute capability (major.minor)."""
-    if compute_cap and re.fullmatch(r"\d+\.\d+", compute_cap):
-        major, minor = (int(x) for x in compute_cap.split("."))
-        if major == 6:
-            return "pascal"
-        if major == 7:
-            return "turing" if minor >= 5 else "volta"
-        if major == 8:
-            return "ada-lovelace" if minor >= 9 else "ampere"
-        if major == 9:
-            return "hopper"
-        if major in (10, 12):
-            return "blackwell"
-    from gpunode.diagnosis.driver import gpu_family
-
-    found = gpu_family(name, None)
+    """GFD's ``gpu.family`` value: the driver check's family, spelt as GFD spells Ada."""
+    found = gpu_family(name, compute_cap)
     return "ada-lovelace" if found == "ada" else found
 
 

@@ -12,21 +12,31 @@ DRIVER_DOWN = "couldn't communicate with the NVIDIA driver"
 MISMATCH = "Driver/library version mismatch"
 # Minimum drivers per GPU generation (NVIDIA's support matrix; see the shared node facts).
 GENERATION_MINIMUM = {"ampere": "450.51.05", "ada": "520.61.05", "hopper": "520.61.05", "blackwell": "570.26"}
-FAMILY_BY_COMPUTE_MAJOR = {"7.0": "volta", "7.2": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere",
-                           "8.7": "ampere", "8.9": "ada", "9.0": "hopper"}
 FAMILY_BY_NAME = (("H100", "hopper"), ("H200", "hopper"), ("H800", "hopper"), ("GH200", "hopper"),
                   ("B200", "blackwell"), ("B100", "blackwell"), ("A100", "ampere"), ("A800", "ampere"),
                   ("A40", "ampere"), ("A30", "ampere"), ("A10", "ampere"), ("L40", "ada"), ("L4", "ada"),
                   ("V100", "volta"), ("T4", "turing"))
 
 
+def family_from_compute_cap(compute_cap: str | None) -> str | None:
+    """The family GFD derives from a compute capability (its getArchFamily ranges), None if unknown."""
+    if not compute_cap or not re.fullmatch(r"\d+\.\d+", compute_cap):
+        return None
+    major, minor = (int(x) for x in compute_cap.split("."))
+    if major == 6:
+        return "pascal"
+    if major == 7:
+        return "turing" if minor >= 5 else "volta"
+    if major == 8:
+        return "ada" if minor >= 9 else "ampere"
+    return {9: "hopper", 10: "blackwell", 12: "blackwell"}.get(major)
+
+
 def gpu_family(name: str, compute_cap: str | None) -> str | None:
     """The architecture family of a GPU, from its compute capability or else its product name."""
-    if compute_cap:
-        if compute_cap in FAMILY_BY_COMPUTE_MAJOR:
-            return FAMILY_BY_COMPUTE_MAJOR[compute_cap]
-        if compute_cap.split(".")[0] in ("10", "12"):
-            return "blackwell"
+    found = family_from_compute_cap(compute_cap)
+    if found:
+        return found
     for marker, family in FAMILY_BY_NAME:
         if re.search(rf"\b{marker}\b", name):
             return family

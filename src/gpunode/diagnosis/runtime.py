@@ -33,12 +33,12 @@ def chosen_runtime(state: dict, settings: NodeSettings) -> str | None:
     return None
 
 
-def toml_error(text: str) -> str | None:
+def parse_toml(text: str) -> tuple[dict, str | None]:
+    """The parsed document, or an empty one and the parser's error (with line and column)."""
     try:
-        tomllib.loads(text)
+        return tomllib.loads(text), None
     except tomllib.TOMLDecodeError as error:
-        return str(error)
-    return None
+        return {}, str(error)
 
 
 def json_error(text: str) -> str | None:
@@ -76,16 +76,15 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
 
 def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
     text = state["containerd_config"]
-    if text is not None:
-        error = toml_error(text)
+    written = []  # the config files as written (main config first), parsed once
+    files = ([(CONTAINERD_CONFIG, text)] if text is not None else []) + list(state["containerd_dropins"].items())
+    for path, content in files:
+        document, error = parse_toml(content)
         if error:
-            return [fail("config-invalid", f"{CONTAINERD_CONFIG} is not valid TOML: gpunode will not touch it",
-                         [error], f"repair {CONTAINERD_CONFIG} by hand (or move it away to get a fresh base config)")]
-    for path, dropin in state["containerd_dropins"].items():
-        error = toml_error(dropin)
-        if error:
-            return [fail("config-invalid", f"{path} is not valid TOML: gpunode will not touch it", [error],
-                         f"repair or remove {path}")]
+            fix = (f"repair {CONTAINERD_CONFIG} by hand (or move it away to get a fresh base config)"
+                   if path == CONTAINERD_CONFIG else f"repair or remove {path}")
+            return [fail("config-invalid", f"{path} is not valid TOML: gpunode will not touch it", [error], fix)]
+        written.append(document)
     dump = state["containerd_dump"]
     if dump is None or dump["rc"] != 0:
         return [fail("config-rejected", "containerd rejects its configuration ('containerd config dump' failed)",
@@ -97,7 +96,6 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
     findings = []
     # 'config dump' adds containerd's built-in runc when the files define no runtime at all, so whether a
     # base config exists is read from the files themselves: Debian's stub plus nvidia breaks the CRI plugin.
-    written = [tomllib.loads(t) for t in [text or "", *state["containerd_dropins"].values()]]
     if text is None or not any("runc" in cri_table(doc).get("containerd", {}).get("runtimes", {}) for doc in written):
         findings.append(fail("base-config-missing",
                              f"{CONTAINERD_CONFIG} is {'missing' if text is None else 'a stub without a runc runtime'}"
