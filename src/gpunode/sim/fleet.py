@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
+from gpunode.sim.node import APISERVER_PORT, REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import NodeSpec
 from gpunode.sim.ssh import client_key, write_client_files
@@ -81,26 +84,65 @@ class FleetState:
         return [NodeProcess(role, pid) for role, pid in entry.get("pids", {}).items()]
 
 
-def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
-    service = state.data["services"].get("repo")
-    if service and NodeProcess("repo", service).alive():
+def _start_service(paths: SimPaths, state: FleetState, role: str, argv: list[str], ready: Path) -> None:
+    """Start a host-side service of the fleet (repo server, control plane) unless it runs; wait for ``ready``."""
+    service = state.data["services"].get(role)
+    if service and NodeProcess(role, service).alive():
         return
     paths.run.mkdir(parents=True, exist_ok=True)
-    log = (paths.run / "repo-server.log").open("ab")
+    ready.unlink(missing_ok=True)
+    log_file = paths.run / f"{role}.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    argv = [sys.executable, "-m", "gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")]
-    proc = subprocess.Popen(argv,
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env=env)
-    log.close()
-    state.data["services"]["repo"] = proc.pid
+    with log_file.open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", *argv], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    state.data["services"][role] = proc.pid
     state.save()
     deadline = time.monotonic() + 10
-    while not (paths.run / "repo.sock").exists():
+    while not ready.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
-            raise GpunodeError("the local repository server did not start",
-                               f"see {paths.run / 'repo-server.log'}")
+            raise GpunodeError(f"the fleet's {role} did not start", f"see {log_file}")
         time.sleep(0.05)
+
+
+def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
+    _start_service(paths, state, "repo", ["gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")],
+                   paths.run / "repo.sock")
+
+
+def _start_control_plane(paths: SimPaths, state: FleetState) -> Path:
+    """The simulated Kubernetes API on 127.0.<block>.254:6443, its users and a kubeconfig for them."""
+    write_control_plane_access(paths)
+    _start_service(paths, state, "apiserver", ["gpunode.sim.apiserver", str(paths.state),
+                                               paths.apiserver_address, str(APISERVER_PORT)],
+                   paths.run / "apiserver.ready")
+    return paths.kubeconfig
+
+
+def write_control_plane_access(paths: SimPaths) -> None:
+    """Tokens of three users (admin, a read-only viewer, one with an expired token) and their kubeconfig contexts."""
+    tokens_file = paths.run / "apiserver-tokens.json"
+    paths.run.mkdir(parents=True, exist_ok=True)
+    if not tokens_file.exists():
+        tokens = {secrets.token_hex(16): {"user": "gpunode-admin", "role": "admin"},
+                  secrets.token_hex(16): {"user": "gpunode-viewer", "role": "view"},
+                  secrets.token_hex(16): {"user": "gpunode-expired", "role": "admin", "expired": True}}
+        tokens_file.write_text(json.dumps(tokens, indent=2))
+        tokens_file.chmod(0o600)
+    tokens = json.loads(tokens_file.read_text())
+    by_user = {entry["user"]: token for token, entry in tokens.items()}
+    server = f"http://{paths.apiserver_address}:{APISERVER_PORT}"
+    users = {"gpunode-sim": "gpunode-admin", "gpunode-sim-viewer": "gpunode-viewer",
+             "gpunode-sim-expired": "gpunode-expired"}
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "gpunode-sim",
+        "clusters": [{"name": "gpunode-sim", "cluster": {"server": server}}],
+        "contexts": [{"name": context, "context": {"cluster": "gpunode-sim", "user": user}}
+                     for context, user in users.items()],
+        "users": [{"name": user, "user": {"token": by_user[user]}} for user in users.values()],
+    }
+    paths.kubeconfig.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
+    paths.kubeconfig.chmod(0o600)
 
 
 def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -> Path:
@@ -126,6 +168,8 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
             "gpu_nodes": sorted(n for n, h in hosts.items() if h["gpu_expected"]),
             "cpu_nodes": sorted(n for n, h in hosts.items() if not h["gpu_expected"]),
         },
+        "kubeconfig": str(paths.kubeconfig),
+        "kube_context": "gpunode-sim",
         "toolkit_repo": {
             "repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/deb/$(ARCH)",
             "key_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/gpgkey",
@@ -157,6 +201,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     write_tools_layer(paths.layer("tools"))
     repo = build_repo(paths.repo)
     _start_repo_server(paths, state)
+    _start_control_plane(paths, state)
     key = client_key(paths.ssh)
     authorized = Path(f"{key}.pub").read_text().strip()
     report = FleetReport()
@@ -228,9 +273,10 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         state.save()
         say(f"stopped {name}")
     if not state.data["nodes"]:
-        repo_pid = state.data["services"].pop("repo", None)
-        if repo_pid:
-            stop_processes([NodeProcess("repo", repo_pid)])
+        for role in ("apiserver", "repo"):
+            pid = state.data["services"].pop(role, None)
+            if pid:
+                stop_processes([NodeProcess(role, pid)])
         state.save()
         strays = _stray_processes(paths)
         if strays:

@@ -29,6 +29,7 @@ from gpunode.sim.ssh import ensure_key
 
 NVIDIA_MAJOR, UVM_MAJOR = 195, 237
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet")
+APISERVER_PORT = 6443
 REPO_PORT = 8080
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
 
@@ -150,6 +151,7 @@ class SimNode:
             "work": str(self.dir / "work"),
             "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.runtime)],
             "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
+            "code_binds": code_roots(),
             "proc_driver": proc,
             "sys_module": sysmod,
             "devices": devices,
@@ -229,6 +231,29 @@ class SimNode:
         if not self.console_log.exists():
             return "(no console log)"
         return "\n".join(self.console_log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def code_roots() -> list[str]:
+    """Host folders with this Python environment and the gpunode and plugin code.
+
+    They are bound read-only at the same paths inside each node, so the node
+    agent and the device plugin run there from the same code as the host. A
+    Python under /usr is Debian's, which the nodes have of their own.
+    """
+    import gpunode_plugin
+
+    import gpunode
+
+    roots = {Path(sys.prefix).resolve(), Path(gpunode.__file__).resolve().parents[1],
+             Path(gpunode_plugin.__file__).resolve().parents[1]}
+    interpreter = Path(sys.base_prefix).resolve()
+    if not interpreter.is_relative_to("/usr"):  # a Python of its own (pyenv, /opt): the node needs it too
+        roots.add(interpreter)
+    chosen: list[Path] = []
+    for root in sorted(roots, key=lambda p: len(p.parts)):
+        if not any(root.is_relative_to(c) for c in chosen):
+            chosen.append(root)
+    return [str(c) for c in chosen]
 
 
 def init_pid_of(unshare_pid: int) -> int | None:

@@ -80,6 +80,11 @@ def boot(plan: dict) -> None:
     for inside, outside in plan["data_binds"].items():
         (merged / inside).mkdir(parents=True, exist_ok=True)
         sh("mount", "--bind", outside, str(merged / inside))
+    for root in plan.get("code_binds", []):
+        target = merged / root.lstrip("/")
+        target.mkdir(parents=True, exist_ok=True)
+        sh("mount", "--bind", root, str(target))
+        sh("mount", "-o", "remount,bind,ro", str(target))
     if plan["proc_driver"]:
         target = merged / "proc/driver"
         sh("mount", "-t", "tmpfs", "-o", "mode=555", "tmpfs", str(target))

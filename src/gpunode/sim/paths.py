@@ -64,5 +64,14 @@ class SimPaths:
         return self.state / "inventory.json"
 
     @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    @property
+    def apiserver_address(self) -> str:
+        """The simulated control plane's loopback address (the block's last one; nodes count up from .1)."""
+        return f"127.0.{self.net_block}.254"
+
+    @property
     def ssh_config(self) -> Path:
         return self.ssh / "config"

@@ -1,0 +1,538 @@
+"""The simulated control plane: a loopback Kubernetes API for exactly the calls gpunode makes.
+
+Serves Node, Namespace, ServiceAccount, Pod, RuntimeClass and DaemonSet objects:
+get, list (label and field selectors), server-side apply with managed fields per
+field manager, JSON merge patch (what ``kubectl label`` sends) and delete, with
+the API server's Status errors (401, 403 with the RBAC wording, 404, 409 apply
+conflicts). Anything else answers 501 with the method and path, so a test can
+never pass against something this server does not really do.
+
+Nodes of the simulated fleet appear as Node objects. A DaemonSet controller
+binds one pod per matching node; each node's agent (``nodeagent``, run inside the
+node) runs the pods' containers for real and reports, as the kubelet does,
+capacity/allocatable and container states, from which Node, Pod and DaemonSet
+status are written.
+
+    python -m gpunode.sim.apiserver STATE_DIR ADDRESS PORT
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from gpunode.errors import GpunodeError
+from gpunode.sim.apistore import KINDS, ApiFailure, Kind, Store, Stored, not_found, now
+from gpunode.sim.fleet import node_pid1
+from gpunode.sim.paths import SimPaths
+
+SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpunode-sim", "platform": "linux/amd64"}
+READ_VERBS = {"get", "list"}
+EXTENDED_PREFIX = "nvidia.com/"
+
+
+def verb_of(method: str, has_name: bool) -> str:
+    return {"GET": "get" if has_name else "list", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+
+
+def forbidden(user: str, verb: str, kind: Kind, namespace: str, name: str) -> ApiFailure:
+    """403 in the RBAC authorizer's words."""
+    subject = f'{kind.describe()} "{name}"' if name else kind.describe()
+    scope = f'in the namespace "{namespace}"' if kind.namespaced and namespace else "at the cluster scope"
+    message = (f'{subject} is forbidden: User "{user}" cannot {verb} resource "{kind.plural}" in API group '
+               f'"{kind.group}" {scope}')
+    return ApiFailure(403, "Forbidden", message, {"name": name, "kind": kind.plural} if name else
+                      {"kind": kind.plural})
+
+
+def matches_selector(labels: dict, selector: str) -> bool:
+    """Equality-based label selectors (``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``), comma-separated."""
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def matches_fields(obj: dict, selector: str) -> bool:
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        key, _, value = term.partition("=")
+        current: object = obj
+        for part in key.split("."):
+            current = current.get(part) if isinstance(current, dict) else None
+        if str(current or "") != value:
+            return False
+    return True
+
+
+def tolerates(tolerations: list[dict], taints: list[dict]) -> bool:
+    for taint in taints:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(t.get("key") in (None, "", taint.get("key"))
+                   and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
+                   and t.get("effect") in (None, "", taint.get("effect")) for t in tolerations):
+            return False
+    return True
+
+
+class AgentLink:
+    """The control plane's end of one node's agent (a process inside the node)."""
+
+    def __init__(self, node: str, pid1: int, on_report) -> None:
+        nsenter = shutil.which("nsenter") or "nsenter"
+        argv = [nsenter, "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-r", "-w",
+                sys.executable, "-m", "gpunode.sim.nodeagent"]
+        self.node = node
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        text=True, bufsize=1, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        self.sent = ""
+        threading.Thread(target=self._read, args=(on_report,), daemon=True).start()
+
+    def _read(self, on_report) -> None:
+        for line in self.process.stdout:
+            try:
+                on_report(self.node, json.loads(line))
+            except json.JSONDecodeError:
+                continue
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, pods: dict) -> None:
+        line = json.dumps({"pods": pods}, sort_keys=True)
+        if line != self.sent and self.alive():
+            try:
+                self.process.stdin.write(line + "\n")
+                self.sent = line
+            except (BrokenPipeError, OSError):
+                return
+
+    def close(self) -> None:
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+class ControlPlane:
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.store = Store()
+        tokens_file = state_dir / "run" / "apiserver-tokens.json"
+        self.tokens: dict[str, dict] = json.loads(tokens_file.read_text()) if tokens_file.exists() else {}
+        self.audit = (state_dir / "run" / "apiserver-audit.log").open("a", buffering=1)
+        self.fleet_mtime = 0.0
+        self.agents: dict[str, AgentLink] = {}
+        self.reports: dict[str, dict] = {}
+        self.stopping = threading.Event()
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    def authenticate(self, header: str | None) -> dict:
+        token = (header or "").removeprefix("Bearer ").strip()
+        user = self.tokens.get(token)
+        if not token or user is None or user.get("expired"):
+            raise ApiFailure(401, "Unauthorized", "Unauthorized")
+        return user
+
+    def record(self, user: str, method: str, uri: str, code: int, manager: str = "", changed: bool = False) -> None:
+        self.audit.write(json.dumps({"time": now(), "user": user, "verb": method, "uri": uri, "code": code,
+                                     "fieldManager": manager, "changed": changed}) + "\n")
+
+    @staticmethod
+    def route(path: str) -> tuple[Kind, str, str, str]:
+        """(kind, namespace, name, subresource) of a resource path; ApiFailure 501 for anything else."""
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not serve {path}")
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        kind = next((k for k in KINDS if (k.group, k.version, k.plural) == (group, version, rest[0] if rest else "")),
+                    None)
+        if kind is None or len(rest) > 3 or (kind.namespaced is False and namespace):
+            raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not serve {path}")
+        return kind, namespace, rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
+
+    def handle(self, method: str, uri: str, headers: dict, body: bytes) -> tuple[int, dict]:
+        split = urlsplit(uri)
+        query = {k: v[-1] for k, v in parse_qs(split.query).items()}
+        if split.path == "/version" and method == "GET":
+            return 200, SERVER_VERSION
+        user = self.authenticate(headers.get("authorization"))
+        kind, namespace, name, sub = self.route(split.path)
+        if sub or query.get("watch") in ("true", "1") or "dryRun" in query:
+            raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
+        verb = verb_of(method, bool(name))
+        if verb not in ("get", "list", "patch", "delete"):
+            raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
+        if user.get("role") != "admin" and verb not in READ_VERBS:
+            raise forbidden(user["user"], verb, kind, namespace, name)
+        with self.store.lock:
+            if verb == "get":
+                return 200, self.store.require(kind, namespace, name).render()
+            if verb == "list":
+                return 200, self.list(kind, namespace or None, query)
+            if verb == "delete":
+                self.store.delete(kind, namespace, name)
+                self.record(user["user"], method, uri, 200, changed=True)
+                return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                             "details": {"name": name, "kind": kind.plural}}
+            stored, changed, manager = self.patch(kind, namespace, name, headers, body, query)
+        self.record(user["user"], method, uri, 200, manager, changed)
+        return 200, stored.render()
+
+    def list(self, kind: Kind, namespace: str | None, query: dict) -> dict:
+        items = []
+        for stored in self.store.items(kind, namespace):
+            rendered = stored.render()
+            if not matches_selector(rendered["metadata"].get("labels", {}), query.get("labelSelector", "")):
+                continue
+            if not matches_fields(rendered, query.get("fieldSelector", "")):
+                continue
+            rendered.pop("apiVersion", None)
+            rendered.pop("kind", None)
+            items.append(rendered)
+        return {"kind": f"{kind.kind}List", "apiVersion": kind.api_version,
+                "metadata": {"resourceVersion": self.store.version}, "items": items}
+
+    def patch(self, kind: Kind, namespace: str, name: str, headers: dict, body: bytes,
+              query: dict) -> tuple[Stored, bool, str]:
+        content_type = headers.get("content-type", "").split(";")[0].strip()
+        manager = query.get("fieldManager", "")
+        try:
+            document = yaml.safe_load(body.decode() or "{}")
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            raise ApiFailure(400, "BadRequest", f"error decoding patch: {error}") from error
+        if not isinstance(document, dict):
+            raise ApiFailure(400, "BadRequest", "the patch is not an object")
+        if kind.namespaced and kind.kind != "Namespace" and self.store.get(KINDS[1], "", namespace) is None:
+            raise not_found(KINDS[1], namespace)
+        if content_type == "application/apply-patch+yaml":
+            if not manager:
+                raise ApiFailure(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required '
+                                 "value: is required for apply patch")
+            if document.get("apiVersion") != kind.api_version or document.get("kind") != kind.kind:
+                raise ApiFailure(400, "BadRequest", f"the body's apiVersion/kind ({document.get('apiVersion')}/"
+                                 f"{document.get('kind')}) does not match {kind.api_version}/{kind.kind} of the URL")
+            if (document.get("metadata") or {}).get("name") != name:
+                raise ApiFailure(400, "BadRequest", f"the name in the body does not match the URL's {name!r}")
+            stored, changed = self.store.apply(kind, namespace, name, document, manager,
+                                               query.get("force") in ("true", "1"))
+        elif content_type in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            stored, changed = self.store.merge_patch(kind, namespace, name, document, manager or "unknown")
+        else:
+            raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement "
+                             f"{content_type or 'this'} patches")
+        if changed and kind.kind in ("Node", "DaemonSet"):
+            self.reconcile()
+        return stored, changed, manager
+
+    # -- the fleet's nodes ---------------------------------------------------------------------------------
+
+    def sync_nodes(self) -> None:
+        fleet_file = self.state_dir / "fleet.json"
+        try:
+            mtime = fleet_file.stat().st_mtime
+        except FileNotFoundError:
+            mtime = -1.0
+        if mtime == self.fleet_mtime:
+            return
+        self.fleet_mtime = mtime
+        try:
+            nodes = json.loads(fleet_file.read_text()).get("nodes", {}) if mtime >= 0 else {}
+        except (json.JSONDecodeError, OSError):
+            return
+        node_kind = KINDS[0]
+        with self.store.lock:
+            for name, entry in nodes.items():
+                if self.store.get(node_kind, "", name) is None:
+                    self.add_node(name, entry)
+            for stored in self.store.items(node_kind):
+                if stored.obj["metadata"]["name"] not in nodes:
+                    gone = stored.obj["metadata"]["name"]
+                    self.store.delete(node_kind, "", gone)
+                    self.drop_agent(gone)
+
+    def add_node(self, name: str, entry: dict) -> None:
+        cpu = str(os.cpu_count() or 1)
+        memory = "0Ki"
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    memory = f"{line.split()[1]}Ki"
+        base = {"cpu": cpu, "memory": memory, "pods": "110"}
+        labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+                  "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
+        stored = self.store.create(KINDS[0], {"metadata": {"name": name}})
+        self.store.merge_patch(KINDS[0], "", name, {"metadata": {"labels": labels}}, "kubelet")
+        stored.obj["status"] = {
+            "capacity": dict(base), "allocatable": dict(base),
+            "addresses": [{"type": "InternalIP", "address": entry.get("address", "")},
+                          {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status", "lastTransitionTime": now()}],
+            "nodeInfo": {"kubeletVersion": SERVER_VERSION["gitVersion"], "kubeProxyVersion": "",
+                         "operatingSystem": "linux", "architecture": "amd64",
+                         "osImage": "Debian GNU/Linux 12 (bookworm)", "kernelVersion": os.uname().release,
+                         "containerRuntimeVersion": self.runtime_version(entry.get("runtime", "containerd")),
+                         "machineID": uuid.uuid5(uuid.NAMESPACE_DNS, name).hex,
+                         "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_URL, name)), "bootID": str(uuid.uuid4())},
+        }
+
+    def runtime_version(self, runtime: str) -> str:
+        """``containerd://1.6.20~ds1-...`` as the kubelet reports it, from the runtime layer's dpkg status."""
+        package = {"containerd": "containerd", "docker": "docker.io"}.get(runtime, runtime)
+        status = self.state_dir / "layers" / runtime / "var/lib/dpkg/status"
+        version = "unknown"
+        if status.exists():
+            for block in status.read_text().split("\n\n"):
+                if f"Package: {package}\n" in f"{block}\n":
+                    version = next((line.split(": ", 1)[1] for line in block.splitlines()
+                                    if line.startswith("Version: ")), version)
+        return f"{runtime}://{version}"
+
+    def pid1(self, node: str) -> int | None:
+        try:
+            return node_pid1(SimPaths(self.state_dir, self.state_dir), node)
+        except GpunodeError:  # a node that is not running has no agent
+            return None
+
+    def drop_agent(self, node: str) -> None:
+        link = self.agents.pop(node, None)
+        self.reports.pop(node, None)
+        if link:
+            link.close()
+
+    def on_report(self, node: str, report: dict) -> None:
+        with self.store.lock:
+            self.reports[node] = report
+            self.reconcile()
+
+    # -- controllers ---------------------------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        """One pass of the DaemonSet controller and the kubelets' status updates."""
+        with self.store.lock:
+            self.daemonsets()
+            self.kubelets()
+            self.daemonset_status()
+
+    def daemonsets(self) -> None:
+        pods_kind, nodes = KINDS[3], self.store.items(KINDS[0])
+        for ds in self.store.items(KINDS[5]):
+            meta, spec = ds.obj["metadata"], ds.obj.get("spec", {})
+            template = spec.get("template", {})
+            revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
+            pod_spec = template.get("spec", {})
+            wanted = {n.obj["metadata"]["name"] for n in nodes
+                      if matches_selector(n.obj["metadata"].get("labels", {}),
+                                          ",".join(f"{k}={v}" for k, v in (pod_spec.get("nodeSelector") or {}).items()))
+                      and tolerates(pod_spec.get("tolerations") or [], n.obj.get("spec", {}).get("taints") or [])}
+            owned = [p for p in self.store.items(pods_kind, meta["namespace"])
+                     if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
+            on_node = {p.obj["spec"]["nodeName"]: p for p in owned}
+            for node, pod in on_node.items():
+                if node not in wanted or pod.obj["metadata"]["labels"].get("controller-revision-hash") != revision:
+                    self.store.delete(pods_kind, meta["namespace"], pod.obj["metadata"]["name"])
+                    if node in wanted:
+                        self.create_pod(ds, template, revision, node)
+            for node in sorted(wanted - on_node.keys()):
+                self.create_pod(ds, template, revision, node)
+
+    def create_pod(self, ds: Stored, template: dict, revision: str, node: str) -> None:
+        meta = ds.obj["metadata"]
+        suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
+        labels = {**template.get("metadata", {}).get("labels", {}), "controller-revision-hash": revision,
+                  "pod-template-generation": str(meta.get("generation", 1))}
+        pod = {"metadata": {"name": f"{meta['name']}-{suffix}", "namespace": meta["namespace"], "labels": labels,
+                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": meta["name"],
+                                                 "uid": meta["uid"], "controller": True}]},
+               "spec": {**copy.deepcopy(template.get("spec", {})), "nodeName": node},
+               "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
+        self.store.create(KINDS[3], pod)
+
+    def kubelets(self) -> None:
+        pods_by_node: dict[str, dict[str, dict]] = {}
+        for pod in self.store.items(KINDS[3]):
+            containers = pod.obj["spec"].get("containers", [])
+            if containers:
+                pods_by_node.setdefault(pod.obj["spec"]["nodeName"], {})[pod.obj["metadata"]["name"]] = containers[0]
+        for node in self.store.items(KINDS[0]):
+            name = node.obj["metadata"]["name"]
+            wanted = pods_by_node.get(name, {})
+            link = self.agents.get(name)
+            if wanted and (link is None or not link.alive()):
+                pid1 = self.pid1(name)
+                if pid1 is None:
+                    continue
+                if link:
+                    link.close()
+                link = self.agents[name] = AgentLink(name, pid1, self.on_report)
+            if link:
+                link.send(wanted)
+            self.node_status(node, self.reports.get(name, {}))
+        for pod in self.store.items(KINDS[3]):
+            report = self.reports.get(pod.obj["spec"]["nodeName"], {}).get("pods", {})
+            self.pod_status(pod, report.get(pod.obj["metadata"]["name"]))
+
+    def node_status(self, node: Stored, report: dict) -> None:
+        status = node.obj["status"]
+        capacity = {k: v for k, v in status["capacity"].items() if not k.startswith(EXTENDED_PREFIX)}
+        allocatable = {k: v for k, v in status["allocatable"].items() if not k.startswith(EXTENDED_PREFIX)}
+        for resource, counts in report.get("resources", {}).items():
+            capacity[resource] = str(counts["capacity"])
+            allocatable[resource] = str(counts["allocatable"])
+        if capacity != status["capacity"] or allocatable != status["allocatable"]:
+            status["capacity"], status["allocatable"] = capacity, allocatable
+            self.store.bump(node)
+
+    def pod_status(self, pod: Stored, state: dict | None) -> None:
+        container = pod.obj["spec"]["containers"][0]["name"]
+        if state is None:
+            status = {"phase": "Pending", "containerStatuses": [
+                {"name": container, "image": pod.obj["spec"]["containers"][0].get("image", ""), "imageID": "",
+                 "ready": False, "restartCount": 0,
+                 "state": {"waiting": {"reason": "ContainerCreating"}}}]}
+        else:
+            if state["running"]:
+                current = {"running": {}}
+            elif state["waiting"] == "CrashLoopBackOff":
+                current = {"waiting": {"reason": "CrashLoopBackOff", "message":
+                                       f"back-off restarting failed container={container} "
+                                       f"pod={pod.obj['metadata']['name']}"}}
+            else:
+                current = {"waiting": {"reason": state["waiting"] or "ContainerCreating"}}
+            image = pod.obj["spec"]["containers"][0].get("image", "")
+            entry = {"name": container, "image": image, "imageID": "", "ready": state["ready"],
+                     "restartCount": state["restarts"], "state": current}
+            if state["last_exit"] is not None:
+                entry["lastState"] = {"terminated": {"exitCode": state["last_exit"], "reason": "Error"}}
+            status = {"phase": "Running" if state["running"] or state["restarts"] else "Pending",
+                      "containerStatuses": [entry]}
+        ready = all(c["ready"] for c in status["containerStatuses"])
+        status["conditions"] = [{"type": "PodScheduled", "status": "True"},
+                                {"type": "Ready", "status": "True" if ready else "False"}]
+        if pod.obj.get("status") != status:
+            pod.obj["status"] = status
+            self.store.bump(pod)
+
+    def daemonset_status(self) -> None:
+        for ds in self.store.items(KINDS[5]):
+            meta = ds.obj["metadata"]
+            owned = [p for p in self.store.items(KINDS[3], meta["namespace"])
+                     if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
+            ready = sum(1 for p in owned if p.obj["status"].get("conditions", [{}])[-1].get("status") == "True")
+            generation = str(meta.get("generation", 1))
+            updated = sum(1 for p in owned if p.obj["metadata"]["labels"].get("pod-template-generation") == generation)
+            status = {"observedGeneration": meta.get("generation", 1), "desiredNumberScheduled": len(owned),
+                      "currentNumberScheduled": len(owned), "updatedNumberScheduled": updated, "numberReady": ready,
+                      "numberAvailable": ready, "numberMisscheduled": 0}
+            if len(owned) - ready:
+                status["numberUnavailable"] = len(owned) - ready
+            if ds.obj.get("status") != status:
+                ds.obj["status"] = status
+                self.store.bump(ds)
+
+    def run_controllers(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.sync_nodes()
+                self.reconcile()
+            except Exception as error:  # noqa: BLE001 - the control plane keeps serving; the error goes to its log
+                print(f"controller error: {error!r}", file=sys.stderr, flush=True)
+            self.stopping.wait(0.5)
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        for node in list(self.agents):
+            self.drop_agent(node)
+
+
+class Handler(BaseHTTPRequestHandler):
+    plane: ControlPlane
+    protocol_version = "HTTP/1.1"
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            code, answer = self.plane.handle(self.command, self.path, headers, body)
+        except ApiFailure as failure:
+            code, answer = failure.code, failure.status()
+            if failure.code in (401, 403, 409, 422, 501) or self.command != "GET":
+                self.plane.record(self._user(headers), self.command, self.path, failure.code)
+        payload = json.dumps(answer).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _user(self, headers: dict) -> str:
+        token = headers.get("authorization", "").removeprefix("Bearer ").strip()
+        return self.plane.tokens.get(token, {}).get("user", "")
+
+    do_GET = do_PATCH = do_DELETE = do_POST = do_PUT = _serve  # noqa: N815 - the names http.server calls
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
+        return
+
+
+def main(argv: list[str]) -> None:
+    state_dir, address, port = Path(argv[0]), argv[1], int(argv[2])
+    plane = ControlPlane(state_dir)
+    Handler.plane = plane
+    server = ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=plane.run_controllers, daemon=True).start()
+    def stop(*_: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    (state_dir / "run" / "apiserver.ready").write_text(f"{address}:{port}\n")
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        plane.shutdown()
+        (state_dir / "run" / "apiserver.ready").unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

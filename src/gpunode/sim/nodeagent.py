@@ -1,0 +1,182 @@
+"""The kubelet side of a simulated node: runs inside the node, started by the simulated control plane.
+
+It serves the kubelet's device-plugin Registration API (the kubelet stand-in) on
+``/var/lib/kubelet/device-plugins/kubelet.sock``, runs the containers of the pods
+bound to this node as plain processes (the device plugin, from the code bound
+into the node), restarts them with a back-off like the kubelet's
+(CrashLoopBackOff), probes readiness over HTTP inside the node's network, and
+reports to the control plane what the kubelet would: capacity/allocatable of
+each extended resource and each pod's container state.
+
+Protocol: the control plane writes one JSON line per change on stdin
+(``{"pods": {name: container}}``, the full desired set); the agent writes a JSON
+line on stdout whenever its report changes. End of stdin stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from gpunode.sim.kubelet import KubeletStandin
+
+SOCKET_DIR = "/var/lib/kubelet/device-plugins"
+LOG_DIR = "/var/log/pods"
+BACKOFF_START, BACKOFF_MAX = 2.0, 60.0  # the kubelet's are 10 s and 300 s; shorter so tests see a crash loop
+# the simulated driver layer: the plugin's simulated backend reads the node's GPU state file
+SIM_ENV = {"GPUNODE_PLUGIN_BACKEND": "sim"}
+
+
+@dataclass
+class Container:
+    """One pod's container as the agent runs it."""
+
+    pod: str
+    spec: dict
+    process: subprocess.Popen | None = None
+    restarts: int = 0
+    last_exit: int | None = None
+    next_start: float = 0.0
+    started_at: float = 0.0
+    ready: bool = False
+    log: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
+
+    def start(self) -> None:
+        os.makedirs(LOG_DIR, exist_ok=True)
+        self.log = f"{LOG_DIR}/{self.pod}.log"
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **{e["name"]: str(e.get("value", ""))
+                                                           for e in self.spec.get("env", [])}, **SIM_ENV}
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
+                                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.ready = False
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def probe_url(self) -> str | None:
+        probe = (self.spec.get("readinessProbe") or {}).get("httpGet")
+        if not probe:
+            return None
+        port = probe.get("port")
+        if isinstance(port, str):
+            port = next((p["containerPort"] for p in self.spec.get("ports", []) if p.get("name") == port), None)
+        return f"http://127.0.0.1:{port}{probe.get('path', '/')}" if port else None
+
+    def tick(self) -> None:
+        """Start, restart with back-off, or probe; as the kubelet's sync loop does for one container."""
+        now = time.monotonic()
+        if self.process is not None and self.process.poll() is not None:
+            self.last_exit = self.process.returncode
+            self.process = None
+            self.ready = False
+            self.restarts += 1
+            lived = now - self.started_at
+            delay = 0.0 if lived > BACKOFF_MAX else min(BACKOFF_MAX, BACKOFF_START * 2 ** min(self.restarts - 1, 10))
+            self.next_start = now + delay
+        if self.process is None:
+            if now >= self.next_start:
+                self.start()
+            return
+        url = self.probe_url()
+        if url is None:
+            self.ready = True
+            return
+        try:
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                self.ready = answer.status == 200
+        except OSError:
+            self.ready = False
+
+    def state(self) -> dict:
+        running = self.process is not None
+        waiting = None
+        if not running:
+            waiting = "CrashLoopBackOff" if self.restarts else "ContainerCreating"
+        tail = ""
+        if self.log and os.path.exists(self.log):
+            with open(self.log, "rb") as handle:
+                handle.seek(max(0, os.path.getsize(self.log) - 2000))
+                tail = handle.read().decode(errors="replace")
+        return {"running": running, "ready": self.ready, "restarts": self.restarts, "waiting": waiting,
+                "last_exit": self.last_exit, "log_tail": tail}
+
+
+class Agent:
+    def __init__(self) -> None:
+        os.makedirs(SOCKET_DIR, exist_ok=True)
+        self.kubelet = KubeletStandin(SOCKET_DIR)
+        self.containers: dict[str, Container] = {}
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.last_report = ""
+
+    def desired(self, pods: dict[str, dict]) -> None:
+        with self.lock:
+            for name in list(self.containers):
+                if name not in pods:
+                    self.containers.pop(name).stop()
+            for name, spec in pods.items():
+                current = self.containers.get(name)
+                if current is not None and current.spec != spec:
+                    current.stop()
+                    current = None
+                if current is None:
+                    self.containers[name] = Container(name, spec)
+
+    def report(self) -> None:
+        with self.lock:
+            pods = {name: c.state() for name, c in self.containers.items()}
+        line = json.dumps({"resources": self.kubelet.report(), "pods": pods}, sort_keys=True)
+        if line != self.last_report:
+            self.last_report = line
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def loop(self) -> None:
+        while not self.stopping.is_set():
+            with self.lock:
+                for container in self.containers.values():
+                    container.tick()
+            self.report()
+            self.stopping.wait(0.25)
+
+    def run(self) -> None:
+        self.kubelet.restart()  # a starting kubelet clears the sockets a previous one left
+        worker = threading.Thread(target=self.loop, daemon=True)
+        worker.start()
+        for line in sys.stdin:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            self.desired(message.get("pods", {}))
+        self.stopping.set()
+        worker.join()
+        with self.lock:
+            for container in self.containers.values():
+                container.stop()
+        self.kubelet.stop()
+
+
+if __name__ == "__main__":
+    Agent().run()
