@@ -25,6 +25,8 @@ def _host(name: str) -> tuple[str, dict]:
         "toolkit_repository_url": _repo["repository_url"],
         "toolkit_key_url": _repo["key_url"],
         "toolkit_key_fingerprint": _repo["key_fingerprint"],
+        "kubeconfig": _inventory["kubeconfig"],
+        "kube_context": _inventory["kube_context"],
     })
     return name, data
 

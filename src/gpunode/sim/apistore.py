@@ -73,11 +73,11 @@ def not_found(kind: Kind, name: str) -> ApiFailure:
 
 
 def leaves(obj: dict, prefix: Path_ = ()) -> dict[Path_, object]:
-    """The leaf fields of ``obj``: maps are walked, anything else (lists included) is one field."""
+    """The leaf fields of ``obj``: maps are walked (an empty one sets nothing), anything else is one field."""
     found: dict[Path_, object] = {}
     for key, value in obj.items():
         path = (*prefix, key)
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):
             found.update(leaves(value, path))
         else:
             found[path] = value

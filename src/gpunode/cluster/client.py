@@ -1,0 +1,131 @@
+"""Access to the Kubernetes API: which cluster (inventory data), a client, and API errors in plain words.
+
+lightkube is the client: typed resources and server-side apply with a field
+manager, synchronous, small. Every API failure becomes a GpunodeError with one
+line naming the cause (unreachable, credentials refused, RBAC denied, missing
+object, apply conflict) and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube import ApiError, Client, ConfigError, KubeConfig
+
+from gpunode.errors import GpunodeError
+
+FIELD_MANAGER = "gpunode"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Inventory data for the cluster steps; each field is the data key of the same name."""
+
+    cluster_steps: bool = True
+    kubeconfig: str = ""
+    kube_context: str = ""
+    k8s_node_name: str = ""
+    kube_timeout: float = 10.0
+    rollout_timeout: int = 300
+    allocatable_timeout: int = 150
+
+    @classmethod
+    def from_data(cls, data: Any) -> ClusterSettings:
+        def value(key: str) -> Any:
+            return data.get(key) if hasattr(data, "get") else getattr(data, key, None)
+
+        steps = value("cluster_steps")
+        settings = cls(
+            cluster_steps=True if steps is None else str(steps).lower() in ("true", "1", "yes"),
+            kubeconfig=str(value("kubeconfig") or ""),
+            kube_context=str(value("kube_context") or ""),
+            k8s_node_name=str(value("k8s_node_name") or ""),
+            kube_timeout=float(value("kube_timeout") or cls.kube_timeout),
+            rollout_timeout=int(value("rollout_timeout") or cls.rollout_timeout),
+            allocatable_timeout=int(value("allocatable_timeout") or cls.allocatable_timeout),
+        )
+        for key in ("rollout_timeout", "allocatable_timeout"):
+            if getattr(settings, key) < 1:
+                raise GpunodeError(f"{key} must be a positive number of seconds")
+        return settings
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        """The kubeconfig as kubectl finds it: the data key, else $KUBECONFIG (first file), else ~/.kube/config."""
+        chosen = self.kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or DEFAULT_KUBECONFIG
+        return Path(chosen).expanduser()
+
+    @property
+    def where(self) -> str:
+        return f"{self.kubeconfig_path}" + (f", context {self.kube_context}" if self.kube_context else "")
+
+
+_clients: dict[tuple[str, str], tuple[Client, str]] = {}
+
+
+def connect(settings: ClusterSettings) -> tuple[Client, str]:
+    """A client for the configured cluster (one per kubeconfig and context) and the API server's URL."""
+    key = (str(settings.kubeconfig_path), settings.kube_context)
+    if key in _clients:
+        return _clients[key]
+    path = settings.kubeconfig_path
+    if not path.is_file():
+        raise GpunodeError(f"no kubeconfig at {path}",
+                           "set kubeconfig = '/path/to/kubeconfig' in the inventory data (or KUBECONFIG), or "
+                           "cluster_steps = False to provision the nodes only")
+    try:
+        config = KubeConfig.from_file(path)
+        single = config.get(settings.kube_context or None)
+    except ConfigError as error:
+        contexts = ", ".join(sorted(config.contexts)) if "config" in locals() else "none"
+        raise GpunodeError(f"kubeconfig {path}: {error}",
+                           f"set kube_context to one of: {contexts}") from error
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise GpunodeError(f"kubeconfig {path} cannot be read: {error}",
+                           "check the file (kubectl config view) or point kubeconfig at another one") from error
+    client = Client(single, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(settings.kube_timeout),
+                    trust_env=False)
+    _clients[key] = (client, single.cluster.server)
+    return _clients[key]
+
+
+def explain(error: Exception, settings: ClusterSettings, server: str, action: str) -> GpunodeError:
+    """One line on why ``action`` failed against the API, and the fix."""
+    if isinstance(error, GpunodeError):
+        return error
+    if isinstance(error, ApiError):
+        status = error.status
+        code = status.code
+        if code == 401:
+            return GpunodeError(f"{action}: the Kubernetes API at {server} refused the credentials of {settings.where} "
+                                "(401 Unauthorized: expired or revoked)",
+                                "renew the credentials in the kubeconfig (a new token or client certificate)")
+        if code == 403:
+            return GpunodeError(f"{action}: RBAC denied: {status.message}",
+                                "grant the user get/list/patch on nodes and apply rights on the plugin's objects "
+                                "(namespaces, serviceaccounts, runtimeclasses, daemonsets), or use a context that "
+                                "has them (kube_context)")
+        if code == 409:
+            return GpunodeError(f"{action}: {status.message}",
+                                "another field manager owns these fields; gpunode never takes them over: change or "
+                                "remove them with the tool that set them")
+        return GpunodeError(f"{action}: {status.message} ({code} {status.reason})")
+    if isinstance(error, httpx2.TransportError):
+        return GpunodeError(f"{action}: cannot reach the Kubernetes API at {server} ({error or type(error).__name__})",
+                            f"check that the API server is up and that {settings.where} points at it")
+    return GpunodeError(f"{action}: {type(error).__name__}: {error}")
+
+
+def api_call(settings: ClusterSettings, action: str, call: Any) -> Any:
+    """Run ``call(client)``; any failure comes back as an explained GpunodeError."""
+    server = ""
+    try:
+        client, server = connect(settings)
+        return call(client)
+    except Exception as error:  # noqa: BLE001 - every API failure is explained, none escapes raw
+        raise explain(error, settings, server, action) from error

@@ -1,0 +1,54 @@
+"""Diagnosis of the device-plugin step: the plugin runs on the node and the node offers all its GPUs."""
+
+from __future__ import annotations
+
+from gpunode.diagnosis import Finding, Severity
+from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
+from gpunode.facts.labels import NodeLabelsState
+
+STEP = "device_plugin"
+RESOURCE = "nvidia.com/gpu"
+PRESENT = "nvidia.com/gpu.present"
+
+
+def allocatable_gpus(node: NodeLabelsState) -> int:
+    try:
+        return int(node.allocatable.get(RESOURCE, "0"))
+    except ValueError:
+        return 0
+
+
+def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, expected: int,
+             namespace: str) -> list[Finding]:
+    """Why ``node`` does not offer ``expected`` GPUs, first cause first; [] when it does."""
+    have = allocatable_gpus(node)
+    if have == expected:
+        return []
+    what = f"{node.name} offers {have} allocatable {RESOURCE}, its driver sees {expected}"
+    evidence = [f"kubectl get node {node.name} -o jsonpath='{{.status.allocatable}}': "
+                f"{RESOURCE}={node.allocatable.get(RESOURCE, '<none>')}"]
+    if not rollout.exists:
+        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not deployed", evidence +
+                        [f"daemonset {namespace}/{DAEMONSET}: NotFound"], "run deploys/device_plugin.py",
+                        code="plugin-missing")]
+    if not pod.exists:
+        present = node.labels.get(PRESENT)
+        return [Finding(STEP, Severity.FAIL, f"{what}: no device-plugin pod runs there", evidence +
+                        [f"{PRESENT}={present or '<missing>'} (the DaemonSet's nodeSelector wants true)"],
+                        "run deploys/labels.py (it sets nvidia.com/gpu.present=true on GPU nodes)"
+                        if present != "true" else f"kubectl -n {namespace} describe daemonset {DAEMONSET}",
+                        code="plugin-not-scheduled")]
+    pod_evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
+                    + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
+                    + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]
+    if pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready):
+        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
+                        f"kubectl -n {namespace} logs {pod.name} --previous (NVML init failures name the driver "
+                        "problem; see the driver step)", code="plugin-crashloop")]
+    if not pod.ready:
+        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
+                        f"kubectl -n {namespace} logs {pod.name}", code="plugin-not-ready")]
+    cause = ("it registered no healthy GPUs (NVML failing, or every GPU marked unhealthy by Xid events)" if have == 0
+             else "some GPUs are marked unhealthy (Xid events) or missing from NVML")
+    return [Finding(STEP, Severity.FAIL, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,
+                    f"kubectl -n {namespace} logs {pod.name}; nvidia-smi -q on the node", code="gpus-unhealthy")]

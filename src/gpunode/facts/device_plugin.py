@@ -1,0 +1,90 @@
+"""What the Kubernetes API says about the device plugin's rollout and its pod on a node.
+
+Read from the API (see gpunode.facts.labels): the DaemonSet's status and the
+plugin pod bound to one node, with its container state, so a GPU count that
+does not show up as allocatable can be pinned on a cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lightkube import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Pod
+
+from gpunode.cluster.client import ClusterSettings, api_call
+
+DAEMONSET = "gpunode-device-plugin"
+POD_SELECTOR = {"app.kubernetes.io/name": DAEMONSET}
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    """The DaemonSet's status, as ``kubectl rollout status`` reads it."""
+
+    exists: bool
+    generation: int = 0
+    observed: int = 0
+    desired: int = 0
+    updated: int = 0
+    ready: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.exists and self.observed >= self.generation and self.desired == self.updated == self.ready
+
+    def progress(self) -> str:
+        return f"{self.ready}/{self.desired} ready, {self.updated}/{self.desired} updated"
+
+
+@dataclass(frozen=True)
+class PluginPodState:
+    """The plugin pod on one node: none, or its phase and container state."""
+
+    node: str
+    name: str = ""
+    phase: str = ""
+    ready: bool = False
+    waiting: str = ""
+    restarts: int = 0
+    last_exit: int | None = None
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.name)
+
+
+def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
+    def get(client):
+        try:
+            return client.get(DaemonSet, DAEMONSET, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+
+    ds = api_call(settings, f"read daemonset {namespace}/{DAEMONSET}", get)
+    if ds is None:
+        return RolloutState(False)
+    status = ds.status
+    return RolloutState(True, ds.metadata.generation or 0, (status.observedGeneration or 0) if status else 0,
+                        status.desiredNumberScheduled if status else 0,
+                        (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0)
+
+
+def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
+    def find(client):
+        return list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR, fields={"spec.nodeName": node}))
+
+    pods = api_call(settings, f"list plugin pods on {node}", find)
+    if not pods:
+        return PluginPodState(node)
+    pod = pods[0]
+    statuses = (pod.status.containerStatuses or []) if pod.status else []
+    container = statuses[0] if statuses else None
+    waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""
+    terminated = container.lastState.terminated if container and container.lastState else None
+    return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
+                          bool(container and container.ready), waiting or "",
+                          container.restartCount if container else 0, terminated.exitCode if terminated else None)

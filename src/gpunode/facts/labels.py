@@ -1,0 +1,63 @@
+"""What the Kubernetes API says about a node's labels and who owns them.
+
+Cluster facts come from the API, not from a command on the host: each reader
+fetches one object and keeps only what the step needs. Ownership is read from
+``managedFields``: the labels gpunode applied (field manager ``gpunode``,
+operation Apply) and the labels other managers hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lightkube import ApiError
+from lightkube.resources.core_v1 import Node
+
+from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
+
+
+@dataclass(frozen=True)
+class NodeLabelsState:
+    """A node's labels: all of them, the ones gpunode owns, and the owner of every other managed one."""
+
+    name: str
+    exists: bool
+    labels: dict[str, str] = field(default_factory=dict)
+    ours: frozenset[str] = frozenset()
+    others: dict[str, str] = field(default_factory=dict)  # label -> the field manager that owns it
+    allocatable: dict[str, str] = field(default_factory=dict)
+
+
+def label_keys(fields_v1: dict | None) -> set[str]:
+    """Label keys in a FieldsV1 tree (``{"f:metadata": {"f:labels": {"f:key": {}}}}``)."""
+    labels = ((fields_v1 or {}).get("f:metadata") or {}).get("f:labels") or {}
+    return {key[2:] for key in labels if key.startswith("f:")}
+
+
+def parse_node(name: str, node: Node | None) -> NodeLabelsState:
+    if node is None:
+        return NodeLabelsState(name, exists=False)
+    ours: set[str] = set()
+    others: dict[str, str] = {}
+    for entry in node.metadata.managedFields or []:
+        keys = label_keys(entry.fieldsV1)
+        if entry.manager == FIELD_MANAGER and entry.operation == "Apply":
+            ours |= keys
+        else:
+            others.update({key: entry.manager or "unknown" for key in keys})
+    allocatable = dict(node.status.allocatable or {}) if node.status else {}
+    return NodeLabelsState(name, True, dict(node.metadata.labels or {}), frozenset(ours), others, allocatable)
+
+
+def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:
+    """The node's labels state; ``exists=False`` when the API has no such Node."""
+
+    def get(client):
+        try:
+            return client.get(Node, name)
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+
+    return parse_node(name, api_call(settings, f"read node {name}", get))

@@ -1,0 +1,39 @@
+"""Step 6: label each Kubernetes node by its GPUs (short model label and GPU Feature Discovery's names)."""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api.deploy import deploy
+from pyinfra.facts.server import Hostname
+
+from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.labels import LabelSettings, gpu_labels
+from gpunode.facts.driver import DriverState
+from gpunode.operations import labels
+from gpunode.operations.driver import gpu_present
+
+
+def node_name(settings: ClusterSettings) -> str:
+    """The Kubernetes node name of this host: ``k8s_node_name`` in its data, else its hostname."""
+    return settings.k8s_node_name or host.get_fact(Hostname)
+
+
+def desired_labels() -> dict[str, str]:
+    """This host's GPU labels from its driver facts; {} for a host without a working GPU."""
+    if not gpu_present(host):
+        return {}
+    state = host.get_fact(DriverState)
+    computed = gpu_labels(((state.get("nvidia_smi") or {}).get("gpus")) or [], LabelSettings.from_data(host.data))
+    for warning in computed.warnings:
+        host.log_styled(f"warning: {warning}", fg="yellow", log_func=logger.warning)
+    return computed.labels
+
+
+@deploy("Node labels")
+def node_labels() -> None:
+    settings = ClusterSettings.from_data(host.data)
+    if not settings.cluster_steps:
+        host.noop("cluster steps are off for this host (cluster_steps = False)")
+        return
+    labels.applied(name="Label the Kubernetes node by its GPUs", node_name=node_name(settings),
+                   labels=desired_labels(), settings=settings)
