@@ -12,8 +12,12 @@ import pytest
 
 from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
 from gpunode.cluster.manifests import ManifestSettings, documents, render
+from gpunode.diagnosis import device_plugin as plugin_diagnosis
+from gpunode.diagnosis import labels as label_diagnosis
 from gpunode.errors import GpunodeError
+from gpunode.facts.device_plugin import PluginPodState, RolloutState
 from gpunode.facts.driver import QUERY_FIELDS, DriverState
+from gpunode.facts.labels import NodeLabelsState, label_keys
 from gpunode.sim.aptrepo import render_standin
 from gpunode.sim.gpus import driver_state
 from gpunode.sim.profiles import load_profile
@@ -142,3 +146,72 @@ def test_render_command_uses_the_inventory_data() -> None:
     docs = documents(result.stdout)
     assert docs[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "gpunode-device-plugin:0.1.0"
     assert docs[0]["metadata"]["name"] == "gpunode-system"
+
+
+# -- diagnoses of the cluster steps -----------------------------------------------------------------------------
+
+
+WANT = {"accelerator": "nvidia-a100", "nvidia.com/gpu.count": "4"}
+
+
+def test_label_keys_come_from_fields_v1() -> None:
+    assert label_keys({"f:metadata": {"f:labels": {".": {}, "f:a": {}, "f:b.io/c": {}}}}) == {"a", "b.io/c"}
+    assert label_keys({"f:spec": {}}) == set() and label_keys(None) == set()
+
+
+@pytest.mark.parametrize(("state", "codes", "applied"), [
+    (NodeLabelsState("n", True, dict(WANT), frozenset(WANT)), [], WANT),
+    (NodeLabelsState("n", False), ["node-missing"], None),
+    (NodeLabelsState("n", True, {"accelerator": "nvidia-v100", "nvidia.com/gpu.count": "4"}, frozenset(WANT)),
+     ["labels-stale"], WANT),
+    (NodeLabelsState("n", True, {**WANT, "old": "x"}, frozenset({*WANT, "old"})), ["labels-stale"], WANT),
+    (NodeLabelsState("n", True, {"accelerator": "mine", "nvidia.com/gpu.count": "4"},
+                     frozenset({"nvidia.com/gpu.count"}), {"accelerator": "kubectl-label"}),
+     ["label-foreign"], {"nvidia.com/gpu.count": "4"}),
+    (NodeLabelsState("n", True, dict(WANT), frozenset({"nvidia.com/gpu.count"}), {"accelerator": "kubectl-label"}),
+     [], WANT),  # same value: shared ownership, gpunode applies it too
+])
+def test_labels_diagnosis(state: NodeLabelsState, codes: list[str], applied: dict | None) -> None:
+    assert [f.code for f in label_diagnosis.diagnose(state, WANT)] == codes
+    if applied is not None:
+        assert label_diagnosis.plan(state, WANT)[0] == applied
+
+
+def test_a_cpu_node_with_gpu_labels_is_named() -> None:
+    state = NodeLabelsState("cpu1", True, {"nvidia.com/gpu.present": "true"}, frozenset({"nvidia.com/gpu.present"}))
+    finding = label_diagnosis.diagnose(state, {})[0]
+    assert finding.what == "cpu1 carries GPU labels but has no working GPU"
+
+
+ROLLED = RolloutState(True, 1, 1, 2, 2, 2)
+NODE = NodeLabelsState("n1", True, {"nvidia.com/gpu.present": "true"}, allocatable={"nvidia.com/gpu": "0"})
+READY = PluginPodState("n1", "p-1", "Running", True)
+
+
+@pytest.mark.parametrize(("rollout", "pod", "node", "code", "fix"), [
+    (RolloutState(False), PluginPodState("n1"), NODE, "plugin-missing", "deploys/device_plugin.py"),
+    (ROLLED, PluginPodState("n1"), NodeLabelsState("n1", True, {}), "plugin-not-scheduled", "deploys/labels.py"),
+    (ROLLED, PluginPodState("n1"), NODE, "plugin-not-scheduled", "describe daemonset"),
+    (ROLLED, PluginPodState("n1", "p-1", "Running", False, "CrashLoopBackOff", 3, 1), NODE, "plugin-crashloop",
+     "logs p-1 --previous"),
+    (ROLLED, PluginPodState("n1", "p-1", "Running", False), NODE, "plugin-not-ready", "logs p-1"),
+    (ROLLED, READY, NODE, "gpus-unhealthy", "nvidia-smi -q"),
+])
+def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutState, pod: PluginPodState,
+                                                              node: NodeLabelsState, code: str, fix: str) -> None:
+    findings = plugin_diagnosis.diagnose(rollout, pod, node, 4, "gpunode-system")
+    assert [f.code for f in findings] == [code]
+    assert "n1 offers 0 allocatable nvidia.com/gpu, its driver sees 4" in findings[0].what
+    assert fix in findings[0].fix
+
+
+def test_device_plugin_diagnosis_is_quiet_when_every_gpu_is_offered() -> None:
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"})
+    assert plugin_diagnosis.diagnose(RolloutState(False), PluginPodState("n1"), node, 4, "ns") == []
+
+
+def test_rollout_is_complete_only_when_desired_updated_and_ready_agree() -> None:
+    assert ROLLED.complete
+    assert not RolloutState(True, 2, 1, 2, 2, 2).complete  # the controller has not seen the new generation
+    assert not RolloutState(True, 1, 1, 2, 1, 2).complete
+    assert not RolloutState(False).complete

@@ -47,7 +47,9 @@ def failing(results: dict) -> dict[tuple[str, str], str]:
 def test_bootstrap_configures_gpu_nodes_and_reports_the_cpu_node(fleet: dict, tmp_path: Path) -> None:
     result, report = deploy(fleet, tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert report["node03"] == {"changed": [], "failed": [], "unchanged": 5}
+    # nothing changed on the CPU node itself; the cluster-wide, run-once operations may land on any host
+    assert [c for c in report["node03"]["changed"] if not c.startswith("Device plugin |")] == []
+    assert report["node03"]["failed"] == [] and report["node03"]["unchanged"] >= 6
     for node in ("node01", "node02"):
         changed = " | ".join(report[node]["changed"])
         assert "apt repository" in changed and "pinned version" in changed and "Restart" in changed, changed
@@ -89,8 +91,8 @@ def test_plain_pytest_runs_the_suites(fleet: dict, tmp_path: Path) -> None:
                              "--junit-xml", str(tmp_path / "suites.xml")], cwd=REPO,
                             env=fleet["env"], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "8 passed" in result.stdout
-    assert 'tests="8"' in (tmp_path / "suites.xml").read_text()
+    assert "12 passed" in result.stdout  # 2 hosts x 6 steps
+    assert 'tests="12"' in (tmp_path / "suites.xml").read_text()
 
 
 def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> None:
@@ -99,9 +101,9 @@ def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> 
     assert result.returncode == 0, result.stdout + result.stderr
     assert failing(results) == {}
     assert results["hosts"]["node03"]["driver"]["outcome"] == "skip"
-    assert 'tests="12"' in junit.read_text() and 'failures="0"' in junit.read_text()
+    assert 'tests="18"' in junit.read_text() and 'failures="0"' in junit.read_text()
     assert "node01" in html.read_text() and "<table>" in html.read_text()
-    assert "node01  pass          pass          pass          pass" in result.stdout
+    assert "node01  pass          pass          pass          pass          pass          pass" in result.stdout
 
 
 def test_verify_changes_nothing_on_a_node(fleet: dict, tmp_path: Path) -> None:

@@ -31,3 +31,12 @@ plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
 label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
 label_model_prefix = "nvidia-"
+
+# Kubernetes cluster (labels and device-plugin steps of bootstrap)
+cluster_steps = True                # False: provision the nodes only, never talk to Kubernetes
+kubeconfig = ""                     # "" means $KUBECONFIG, else ~/.kube/config (as kubectl finds it)
+kube_context = ""                   # "" means the kubeconfig's current-context
+# k8s_node_name = "gpu-17"          # per host: the Node's name when it is not the host's hostname
+kube_timeout = 10                   # seconds per API request
+rollout_timeout = 300               # seconds to wait for the device-plugin DaemonSet rollout
+allocatable_timeout = 150           # seconds to wait for a node's allocatable nvidia.com/gpu to match its GPUs

@@ -80,7 +80,7 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
            data: tuple[str, ...]) -> None:
     """Run the provisioning steps (all of them by default) with pyinfra, without prompts.
 
-    STEPS: driver, toolkit_repo, toolkit, runtime, or bootstrap (all; the default).
+    STEPS: driver, toolkit_repo, toolkit, runtime, labels, device_plugin, or bootstrap (all; the default).
     The driver check always runs first. Exit codes: 0 ok, 1 a host failed,
     2 drift found by --dry.
 

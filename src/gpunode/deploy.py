@@ -21,6 +21,8 @@ STEP_FUNCTIONS = {
     "toolkit_repo": ("gpunode.steps.toolkit_repo", "toolkit_repository"),
     "toolkit": ("gpunode.steps.toolkit", "toolkit_install"),
     "runtime": ("gpunode.steps.runtime", "runtime_configuration"),
+    "labels": ("gpunode.steps.labels", "node_labels"),
+    "device_plugin": ("gpunode.steps.device_plugin", "device_plugin_rollout"),
 }
 STEP_ORDER = tuple(STEP_FUNCTIONS)
 

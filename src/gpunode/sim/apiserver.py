@@ -90,9 +90,11 @@ def matches_fields(obj: dict, selector: str) -> bool:
     return True
 
 
-def tolerates(tolerations: list[dict], taints: list[dict]) -> bool:
+def tolerates(tolerations: list[dict], taints: list[dict], effects: tuple[str, ...] = ("NoSchedule", "NoExecute")
+              ) -> bool:
+    """Whether the tolerations cover every taint with one of ``effects`` (scheduling: both; staying: NoExecute)."""
     for taint in taints:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+        if taint.get("effect") not in effects:
             continue
         if not any(t.get("key") in (None, "", taint.get("key"))
                    and (t.get("operator") == "Exists" or t.get("value") == taint.get("value"))
@@ -359,13 +361,17 @@ class ControlPlane:
             template = spec.get("template", {})
             revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
             pod_spec = template.get("spec", {})
-            wanted = {n.obj["metadata"]["name"] for n in nodes
-                      if matches_selector(n.obj["metadata"].get("labels", {}),
-                                          ",".join(f"{k}={v}" for k, v in (pod_spec.get("nodeSelector") or {}).items()))
-                      and tolerates(pod_spec.get("tolerations") or [], n.obj.get("spec", {}).get("taints") or [])}
+            selector = ",".join(f"{k}={v}" for k, v in (pod_spec.get("nodeSelector") or {}).items())
+            tolerations = pod_spec.get("tolerations") or []
             owned = [p for p in self.store.items(pods_kind, meta["namespace"])
                      if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
             on_node = {p.obj["spec"]["nodeName"]: p for p in owned}
+            # a new pod needs every NoSchedule/NoExecute taint tolerated; a running one is evicted by NoExecute only
+            wanted = {n.obj["metadata"]["name"] for n in nodes
+                      if matches_selector(n.obj["metadata"].get("labels", {}), selector)
+                      and tolerates(tolerations, n.obj.get("spec", {}).get("taints") or [],
+                                    ("NoExecute",) if n.obj["metadata"]["name"] in on_node
+                                    else ("NoSchedule", "NoExecute"))}
             for node, pod in on_node.items():
                 if node not in wanted or pod.obj["metadata"]["labels"].get("controller-revision-hash") != revision:
                     self.store.delete(pods_kind, meta["namespace"], pod.obj["metadata"]["name"])

@@ -181,3 +181,37 @@ def profiles() -> None:
     click.echo("faults:")
     for name, meaning in FAULTS.items():
         click.echo(f"  {name}: {meaning}")
+
+
+@sim.command()
+@click.option("--context", default="gpunode-sim", show_default=True, help="Context of the fleet's kubeconfig.")
+def cluster(context: str) -> None:
+    """Show the simulated control plane as kubectl would: nodes with GPU labels and allocatable GPUs, plugin pods.
+
+    \b
+    Example:
+      gpunode sim cluster
+    """
+    from lightkube import Client, KubeConfig
+    from lightkube.resources.apps_v1 import DaemonSet
+    from lightkube.resources.core_v1 import Node, Pod
+
+    paths = SimPaths.from_env()
+    if not paths.kubeconfig.exists():
+        raise GpunodeError("no simulated control plane is running", "start the fleet with 'gpunode sim up'")
+    client = Client(KubeConfig.from_file(paths.kubeconfig).get(context), trust_env=False)
+    click.echo(f"{'NODE':8} {'GPUS':>5}  LABELS (accelerator, nvidia.com/gpu.product, gpu.count)")
+    for node in client.list(Node):
+        labels = node.metadata.labels or {}
+        gpus = (node.status.allocatable or {}).get("nvidia.com/gpu", "-")
+        shown = ", ".join(labels[k] for k in ("accelerator", "nvidia.com/gpu.product", "nvidia.com/gpu.count")
+                          if k in labels) or "(no GPU labels)"
+        click.echo(f"{node.metadata.name:8} {gpus:>5}  {shown}")
+    for ds in client.list(DaemonSet, namespace="*"):
+        status = ds.status
+        click.echo(f"\ndaemonset {ds.metadata.namespace}/{ds.metadata.name}: desired {status.desiredNumberScheduled}, "
+                   f"updated {status.updatedNumberScheduled or 0}, ready {status.numberReady}")
+    for pod in client.list(Pod, namespace="*"):
+        state = (pod.status.containerStatuses or [None])[0]
+        click.echo(f"  pod {pod.metadata.name} on {pod.spec.nodeName}: {pod.status.phase}, "
+                   f"ready={bool(state and state.ready)}, restarts={state.restartCount if state else 0}")

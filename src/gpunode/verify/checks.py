@@ -4,22 +4,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpunode.diagnosis import Finding, Severity, driver, runtime, toolkit, toolkit_repo
+from pyinfra.facts.server import Hostname
+
+from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.labels import LabelSettings, gpu_labels
+from gpunode.cluster.manifests import ManifestSettings
+from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
+from gpunode.errors import GpunodeError
+from gpunode.facts.device_plugin import RolloutState, read_plugin_pod, read_rollout
 from gpunode.facts.driver import DriverState
+from gpunode.facts.labels import read_node
 from gpunode.facts.runtime import RuntimeConfig
 from gpunode.facts.toolkit import ToolkitPackages
 from gpunode.facts.toolkit_repo import ToolkitRepoState
 from gpunode.settings import NodeSettings
 
-STEPS = ("driver", "toolkit_repo", "toolkit", "runtime")
+NODE_STEPS = ("driver", "toolkit_repo", "toolkit", "runtime")
+CLUSTER_STEPS = ("labels", "device_plugin")
+STEPS = NODE_STEPS + CLUSTER_STEPS
 FACTS = {"driver": DriverState, "toolkit_repo": ToolkitRepoState, "toolkit": ToolkitPackages,
-         "runtime": RuntimeConfig}
+         "runtime": RuntimeConfig, "hostname": Hostname}
 DIAGNOSES = {"driver": driver.diagnose, "toolkit_repo": toolkit_repo.diagnose, "toolkit": toolkit.diagnose,
              "runtime": runtime.diagnose}
 FACT_MARK = "##gpunode-fact:"
 
 
-def facts_command(steps: tuple[str, ...] = STEPS) -> str:
+def facts_command(steps: tuple[str, ...] = (*NODE_STEPS, "hostname")) -> str:
     """One shell command printing every step's fact output, each behind its own marker."""
     parts = []
     for step in steps:
@@ -50,10 +60,67 @@ class StepResult:
     findings: list[Finding] = field(default_factory=list)
 
 
-def judge(host: str, facts: dict[str, dict], settings: NodeSettings) -> dict[str, StepResult]:
-    """A verdict per step; GPU steps are skipped where the driver step failed or the host is CPU-only."""
+def verdict(host: str, step: str, findings: list[Finding]) -> StepResult:
+    failed = [f for f in findings if f.severity is Severity.FAIL]
+    skipped = [f for f in findings if f.severity is Severity.SKIP]
+    if failed:
+        return StepResult(host, step, "fail", failed[0].what, failed)
+    if skipped:
+        return StepResult(host, step, "skip", skipped[0].what, skipped)
+    return StepResult(host, step, "pass", findings=findings)
+
+
+class ClusterView:
+    """The cluster as the verification reads it: the rollout once per namespace, nodes and pods per host."""
+
+    def __init__(self) -> None:
+        self.rollouts: dict[tuple[str, str, str], RolloutState] = {}
+
+    def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
+        key = (str(settings.kubeconfig_path), settings.kube_context, namespace)
+        if key not in self.rollouts:
+            self.rollouts[key] = read_rollout(settings, namespace)
+        return self.rollouts[key]
+
+    def judge(self, host: str, data: dict, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
+        """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
+        try:
+            settings = ClusterSettings.from_data(data)
+        except GpunodeError as error:
+            return {step: StepResult(host, step, "fail", f"bad inventory data: {error}") for step in CLUSTER_STEPS}
+        if not settings.cluster_steps:
+            return {step: StepResult(host, step, "skip", "cluster_steps = False") for step in CLUSTER_STEPS}
+        gpus = ((facts.get("driver") or {}).get("nvidia_smi") or {}).get("gpus") or [] if gpu_ok else []
+        desired = gpu_labels(gpus, LabelSettings.from_data(data)).labels
+        name = settings.k8s_node_name or facts.get("hostname") or host
+        results: dict[str, StepResult] = {}
+        try:
+            node = read_node(settings, name)
+            results["labels"] = verdict(host, "labels", labels.diagnose(node, desired))
+            if not desired:
+                results["device_plugin"] = StepResult(host, "device_plugin", "skip", "no working GPU on this host")
+                return results
+            if not node.exists:
+                results["device_plugin"] = StepResult(host, "device_plugin", "skip", f"no Node named {name}")
+                return results
+            namespace = ManifestSettings.from_data(data).namespace
+            findings = device_plugin.diagnose(self.rollout(settings, namespace),
+                                              read_plugin_pod(settings, namespace, name), node, len(gpus), namespace)
+            results["device_plugin"] = verdict(host, "device_plugin", findings)
+        except GpunodeError as error:
+            for step in CLUSTER_STEPS:
+                results.setdefault(step, StepResult(host, step, "fail", str(error)))
+        return results
+
+
+def judge(host: str, facts: dict[str, dict], settings: NodeSettings, data: dict | None = None,
+          cluster: ClusterView | None = None) -> dict[str, StepResult]:
+    """A verdict per step; GPU steps are skipped where the driver step failed or the host is CPU-only.
+
+    The cluster steps are judged from the API when ``cluster`` is given (skipped otherwise).
+    """
     results: dict[str, StepResult] = {}
-    for step in STEPS:
+    for step in NODE_STEPS:
         if step != "driver":
             gate = results["driver"]
             if gate.outcome != "pass":
@@ -63,13 +130,12 @@ def judge(host: str, facts: dict[str, dict], settings: NodeSettings) -> dict[str
         if step not in facts:
             results[step] = StepResult(host, step, "fail", "could not read the step's facts from the host")
             continue
-        findings = DIAGNOSES[step](facts[step], settings)
-        failed = [f for f in findings if f.severity is Severity.FAIL]
-        skipped = [f for f in findings if f.severity is Severity.SKIP]
-        if failed:
-            results[step] = StepResult(host, step, "fail", failed[0].what, failed)
-        elif skipped:
-            results[step] = StepResult(host, step, "skip", skipped[0].what, skipped)
-        else:
-            results[step] = StepResult(host, step, "pass")
+        results[step] = verdict(host, step, DIAGNOSES[step](facts[step], settings))
+    if results["driver"].outcome == "fail":
+        why = "the driver step failed"
+        results.update({step: StepResult(host, step, "skip", why) for step in CLUSTER_STEPS})
+    elif cluster is None:
+        results.update({step: StepResult(host, step, "skip", "cluster not checked") for step in CLUSTER_STEPS})
+    else:
+        results.update(cluster.judge(host, data or {}, facts, results["driver"].outcome == "pass"))
     return results

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gpunode.errors import GpunodeError
-from gpunode.verify.checks import STEPS, StepResult, facts_command, judge, split_facts
+from gpunode.verify.checks import STEPS, ClusterView, StepResult, facts_command, judge, split_facts
 from gpunode.verify.targets import Connections, Target, load_inventory, parse_data
 
 MAX_PARALLEL = 32
@@ -41,6 +41,7 @@ class Verification:
         self.connections = Connections(targets)
         self.verdicts: dict[str, dict[str, StepResult]] = {}
         self.errors: dict[str, str] = {}
+        self.cluster = ClusterView()
 
     def read_all(self) -> None:
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(self.targets))) as pool:
@@ -61,7 +62,7 @@ class Verification:
             settings = self.targets[name].settings
         except GpunodeError as error:
             return f"bad inventory data for {name}: {error}"
-        return judge(name, split_facts(result.stdout), settings)
+        return judge(name, split_facts(result.stdout), settings, self.targets[name].data, self.cluster)
 
     def result(self, host: str, step: str) -> StepResult:
         if host in self.errors:
