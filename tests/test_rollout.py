@@ -115,9 +115,9 @@ def test_api_access_problems_fail_with_one_clear_line_and_label_nothing(
 def test_unreachable_api_server_is_named(fleet: dict, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "far.yaml"
     kubeconfig.write_text(json.dumps({
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.20.253:6443"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}], "current-context": "c"}))
+        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.20.253:6443"}}],  # nothing listens there
+        "contexts": [{"name": "gpunode-sim", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}], "current-context": "gpunode-sim"}))
     result, report = deploy(fleet, tmp_path, "labels", "--data", f"kubeconfig={kubeconfig}")
     assert result.returncode == 1
     assert "cannot reach the Kubernetes API at http://127.0.20.253:6443" in result.stdout + result.stderr

@@ -16,14 +16,14 @@ from weakref import WeakKeyDictionary
 
 from lightkube import ApiError, codecs
 from pyinfra import host, state
-from pyinfra.api import FunctionCommand, State, operation
+from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.diagnosis.device_plugin import allocatable_gpus, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import read_plugin_pod, read_rollout
 from gpunode.facts.labels import read_node
-from gpunode.operations import failing_command
+from gpunode.operations import api_command, failing_command
 from gpunode.operations.labels import relabelled
 
 HASH_ANNOTATION = "gpunode.io/applied-hash"
@@ -64,12 +64,12 @@ def _read_live(settings: ClusterSettings, document: dict) -> dict | None:
     return api_call(settings, f"read {document['kind']} {meta['name']}", get)
 
 
-def apply_documents(settings: ClusterSettings, documents: list[dict]) -> None:
+def apply_documents(target: Host, settings: ClusterSettings, documents: list[dict]) -> None:
     for document in documents:
         obj = codecs.from_dict(document)
         api_call(settings, f"apply {document['kind']} {document['metadata']['name']}",
                  lambda client, obj=obj: client.apply(obj, field_manager=FIELD_MANAGER, force=True))
-        host.log(f"applied {document['kind']} {document['metadata']['name']}")
+        target.log(f"applied {document['kind']} {document['metadata']['name']}")
 
 
 @operation()
@@ -90,20 +90,20 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
         host.noop(f"{len(wanted)} device-plugin object(s) up to date")
         return
     _rolling[state] = True
-    yield FunctionCommand(apply_documents, (settings, stale), {})
+    yield api_command(apply_documents, settings, stale)
 
 
-def wait_rollout(settings: ClusterSettings, namespace: str) -> None:
+def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
     deadline = time.monotonic() + settings.rollout_timeout
     shown = ""
     while True:
         rollout = read_rollout(settings, namespace)
         if rollout.complete:
-            host.log(f"device plugin rolled out: {rollout.progress()}")
+            target.log(f"device plugin rolled out: {rollout.progress()}")
             return
         if rollout.progress() != shown:
             shown = rollout.progress()
-            host.log(f"device plugin rollout: {shown}")
+            target.log(f"device plugin rollout: {shown}")
         if time.monotonic() > deadline:
             raise GpunodeError(f"the device-plugin rollout did not finish in {settings.rollout_timeout} s "
                                f"({rollout.progress()})",
@@ -127,15 +127,15 @@ def rolled_out(namespace: str, settings: ClusterSettings):
     if rollout.complete and not _rolling.get(state):
         host.noop(f"device plugin rolled out ({rollout.progress()})")
         return
-    yield FunctionCommand(wait_rollout, (settings, namespace), {})
+    yield api_command(wait_rollout, settings, namespace)
 
 
-def wait_allocatable(settings: ClusterSettings, node: str, expected: int, namespace: str) -> None:
+def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expected: int, namespace: str) -> None:
     deadline = time.monotonic() + settings.allocatable_timeout
     while True:
         current = read_node(settings, node)
         if allocatable_gpus(current) == expected:
-            host.log(f"{node}: {expected} allocatable nvidia.com/gpu")
+            target.log(f"{node}: {expected} allocatable nvidia.com/gpu")
             return
         if time.monotonic() > deadline:
             findings = diagnose(read_rollout(settings, namespace), read_plugin_pod(settings, namespace, node),
@@ -167,4 +167,4 @@ def allocatable_matches(node_name: str, expected: int, namespace: str, settings:
     if allocatable_gpus(current) == expected and not (relabelled(host) or _rolling.get(state)):
         host.noop(f"node {node_name}: {expected} allocatable nvidia.com/gpu")
         return
-    yield FunctionCommand(wait_allocatable, (settings, node_name, expected, namespace), {})
+    yield api_command(wait_allocatable, settings, node_name, expected, namespace)

@@ -13,14 +13,14 @@ from weakref import WeakKeyDictionary
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, Host, operation
+from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.diagnosis import Severity
 from gpunode.diagnosis.labels import diagnose, plan, up_to_date
 from gpunode.errors import GpunodeError
 from gpunode.facts.labels import read_node
-from gpunode.operations import failing_command
+from gpunode.operations import api_command, failing_command
 
 _relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 
@@ -30,7 +30,7 @@ def relabelled(target: Host) -> bool:
     return _relabelled.get(target, False)
 
 
-def apply_labels(settings: ClusterSettings, node: str, labels: dict[str, str]) -> None:
+def apply_labels(target: Host, settings: ClusterSettings, node: str, labels: dict[str, str]) -> None:
     """Server-side apply of exactly ``labels`` as gpunode's set on ``node`` (never forced)."""
     body = Node(apiVersion="v1", kind="Node", metadata=ObjectMeta(name=node, labels=labels))
     api_call(settings, f"label node {node}", lambda client: client.apply(body, field_manager=FIELD_MANAGER))
@@ -63,4 +63,4 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings):
         host.noop(f"node {node_name}: {len(wanted)} gpunode label(s) up to date")
         return
     _relabelled[host] = True
-    yield FunctionCommand(apply_labels, (settings, node_name, wanted), {})
+    yield api_command(apply_labels, settings, node_name, wanted)
