@@ -121,6 +121,16 @@ def explain(error: Exception, settings: ClusterSettings, server: str, action: st
     return GpunodeError(f"{action}: {type(error).__name__}: {error}")
 
 
+def get_or_none(client: Client, resource: Any, name: str, namespace: str | None = None) -> Any:
+    """The object, or None when the API answers 404 (any other failure is raised)."""
+    try:
+        return client.get(resource, name, namespace=namespace)
+    except ApiError as error:
+        if error.status.code == 404:
+            return None
+        raise
+
+
 def api_call(settings: ClusterSettings, action: str, call: Any) -> Any:
     """Run ``call(client)``; any failure comes back as an explained GpunodeError."""
     server = ""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
-from gpunode.cluster.client import ClusterSettings, api_call
+from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 
 DAEMONSET = "gpunode-device-plugin"
 POD_SELECTOR = {"app.kubernetes.io/name": DAEMONSET}
@@ -56,15 +55,8 @@ class PluginPodState:
 
 
 def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
-    def get(client):
-        try:
-            return client.get(DaemonSet, DAEMONSET, namespace=namespace)
-        except ApiError as error:
-            if error.status.code == 404:
-                return None
-            raise
-
-    ds = api_call(settings, f"read daemonset {namespace}/{DAEMONSET}", get)
+    ds = api_call(settings, f"read daemonset {namespace}/{DAEMONSET}",
+                  lambda client: get_or_none(client, DaemonSet, DAEMONSET, namespace))
     if ds is None:
         return RolloutState(False)
     status = ds.status

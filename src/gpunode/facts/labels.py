@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lightkube import ApiError
 from lightkube.resources.core_v1 import Node
 
-from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
+from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,4 @@ def parse_node(name: str, node: Node | None) -> NodeLabelsState:
 
 def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:
     """The node's labels state; ``exists=False`` when the API has no such Node."""
-
-    def get(client):
-        try:
-            return client.get(Node, name)
-        except ApiError as error:
-            if error.status.code == 404:
-                return None
-            raise
-
-    return parse_node(name, api_call(settings, f"read node {name}", get))
+    return parse_node(name, api_call(settings, f"read node {name}", lambda client: get_or_none(client, Node, name)))

@@ -14,11 +14,11 @@ import json
 import time
 from weakref import WeakKeyDictionary
 
-from lightkube import ApiError, codecs
+from lightkube import codecs
 from pyinfra import host, state
 from pyinfra.api import Host, State, operation
 
-from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
+from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.diagnosis.device_plugin import allocatable_gpus, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import read_plugin_pod, read_rollout
@@ -50,18 +50,11 @@ def holds(live: object, wanted: object) -> bool:
 
 
 def _read_live(settings: ClusterSettings, document: dict) -> dict | None:
-    obj = codecs.from_dict(document)
+    resource = type(codecs.from_dict(document))
     meta = document["metadata"]
-
-    def get(client):
-        try:
-            return client.get(type(obj), meta["name"], namespace=meta.get("namespace")).to_dict()
-        except ApiError as error:
-            if error.status.code == 404:
-                return None
-            raise
-
-    return api_call(settings, f"read {document['kind']} {meta['name']}", get)
+    live = api_call(settings, f"read {document['kind']} {meta['name']}",
+                    lambda client: get_or_none(client, resource, meta["name"], meta.get("namespace")))
+    return live.to_dict() if live is not None else None
 
 
 def apply_documents(target: Host, settings: ClusterSettings, documents: list[dict]) -> None:
