@@ -12,7 +12,8 @@ import pytest
 
 def verify_local(tmp_path: Path, gpu_required: bool) -> tuple[subprocess.CompletedProcess[str], dict]:
     inventory = tmp_path / "local.py"
-    inventory.write_text(f"hosts = [('@local', {{'gpu_required': {gpu_required}}})]\n")
+    # the node steps only: no cluster here (tests/test_rollout.py covers the cluster steps)
+    inventory.write_text(f"hosts = [('@local', {{'gpu_required': {gpu_required}, 'cluster_steps': False}})]\n")
     out = tmp_path / "verify.json"
     # run outside the checkout: the suites come from the installed package
     result = subprocess.run([sys.executable, "-m", "gpunode.cli", "verify", str(inventory), "--json", str(out)],
@@ -25,6 +26,8 @@ def test_a_host_without_gpu_is_skipped_or_failed_as_the_inventory_says(tmp_path:
     result, results = verify_local(tmp_path, gpu_required=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert results["hosts"]["@local"]["driver"]["outcome"] == "skip"
+    labels = results["hosts"]["@local"]["labels"]
+    assert (labels["outcome"], labels["reason"]) == ("skip", "cluster_steps = False")
     assert "CPU-only host" in result.stdout
     required, results = verify_local(tmp_path, gpu_required=True)
     assert required.returncode == 1
