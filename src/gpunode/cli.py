@@ -125,6 +125,36 @@ def render(inventory: str) -> None:
     click.echo(render_manifests(ManifestSettings.from_data(targets[0].data)), nl=False)
 
 
+@cli.command()
+@click.argument("targets", nargs=-1, required=True)
+@click.option("--nvidia-default", is_flag=True,
+              help="nvidia is the cluster's default runtime (nvidia_runtime_default): runtimeClassName not needed.")
+def lint(targets: tuple[str, ...], nvidia_default: bool) -> None:
+    """Check GPU resource specs in workload manifests (FILE, DIR or - for stdin) before they reach the cluster.
+
+    Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob (and List) documents: GPU
+    requests without limits, requests unequal to limits, fractional GPUs, and GPU pods without
+    runtimeClassName: nvidia. Prints file:line, the API server's message and the corrected snippet.
+    Exit 0: clean, 1: findings, 2: a file could not be read or parsed.
+
+    \b
+    Examples:
+      gpunode lint k8s/
+      helm template charts/trainer | gpunode lint -
+    """
+    from gpunode.lint import lint_targets
+
+    try:
+        findings = lint_targets(list(targets), nvidia_default)
+    except (OSError, ValueError) as error:
+        click.echo(f"gpunode lint: {error}", err=True)
+        sys.exit(2)
+    for finding in findings:
+        click.echo(str(finding))
+    click.echo(f"{len(findings)} finding(s)" if findings else "no GPU spec problems found")
+    sys.exit(1 if findings else 0)
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
