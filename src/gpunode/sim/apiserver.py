@@ -37,13 +37,38 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.apistore import KINDS, ApiFailure, Kind, Store, Stored, not_found, now
+from gpunode.lint import resource_errors
+from gpunode.sim.apistore import (
+    DAEMONSET,
+    EVENT,
+    KINDS,
+    NAMESPACE,
+    NODE,
+    POD,
+    RUNTIME_CLASS,
+    ApiFailure,
+    Kind,
+    Store,
+    Stored,
+    not_found,
+    now,
+)
 from gpunode.sim.fleet import node_pid1
 from gpunode.sim.paths import SimPaths
 
 SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpunode-sim", "platform": "linux/amd64"}
 READ_VERBS = {"get", "list"}
 EXTENDED_PREFIX = "nvidia.com/"
+
+
+def pod_requests(spec: dict) -> dict[str, int]:
+    """Extended resources a pod asks for (limits; requests equal them once validated), summed over containers."""
+    wanted: dict[str, int] = {}
+    for container in spec.get("containers") or []:
+        for resource, count in ((container.get("resources") or {}).get("limits") or {}).items():
+            if resource.startswith(EXTENDED_PREFIX):
+                wanted[resource] = wanted.get(resource, 0) + int(count)
+    return wanted
 
 
 def verb_of(method: str, has_name: bool) -> str:
@@ -156,6 +181,8 @@ class ControlPlane:
         self.fleet_mtime = 0.0
         self.agents: dict[str, AgentLink] = {}
         self.reports: dict[str, dict] = {}
+        self.last_events: dict[str, tuple[str, str]] = {}
+        self.logs: dict[tuple[str, str], str] = {}  # (namespace, pod) -> its container's output
         self.stopping = threading.Event()
 
     # -- requests ------------------------------------------------------------------------------------------
@@ -190,21 +217,30 @@ class ControlPlane:
             raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not serve {path}")
         return kind, namespace, rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
 
-    def handle(self, method: str, uri: str, headers: dict, body: bytes) -> tuple[int, dict]:
+    def handle(self, method: str, uri: str, headers: dict, body: bytes) -> tuple[int, dict | str]:
         split = urlsplit(uri)
         query = {k: v[-1] for k, v in parse_qs(split.query).items()}
         if split.path == "/version" and method == "GET":
             return 200, SERVER_VERSION
         user = self.authenticate(headers.get("authorization"))
         kind, namespace, name, sub = self.route(split.path)
-        if sub or query.get("watch") in ("true", "1") or "dryRun" in query:
+        if (sub and (sub, kind.kind, method) != ("log", "Pod", "GET")) or query.get("watch") in ("true", "1") \
+                or "dryRun" in query:
             raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
-        verb = verb_of(method, bool(name))
-        if verb not in ("get", "list", "patch", "delete"):
+        verb = "create" if (method, bool(name), kind.kind) == ("POST", False, "Pod") else verb_of(method, bool(name))
+        if verb not in ("get", "list", "patch", "delete", "create"):
             raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
         if user.get("role") != "admin" and verb not in READ_VERBS:
             raise forbidden(user["user"], verb, kind, namespace, name)
         with self.store.lock:
+            if sub == "log":
+                self.store.require(kind, namespace, name)
+                return 200, self.logs.get((namespace, name), "")
+            if verb == "create":
+                stored = self.create_pod_request(namespace, body)
+                self.record(user["user"], method, uri, 201, changed=True)
+                self.reconcile()
+                return 201, stored.render()
             if verb == "get":
                 return 200, self.store.require(kind, namespace, name).render()
             if verb == "list":
@@ -217,6 +253,99 @@ class ControlPlane:
             stored, changed, manager = self.patch(kind, namespace, name, headers, body, query)
         self.record(user["user"], method, uri, 200, manager, changed)
         return 200, stored.render()
+
+    def create_pod_request(self, namespace: str, body: bytes) -> Stored:
+        """POST of a Pod: the API server's validation and RuntimeClass admission, then the object, unscheduled."""
+        try:
+            pod = json.loads(body.decode() or "{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ApiFailure(400, "BadRequest", f"error decoding the pod: {error}") from error
+        meta, spec = pod.setdefault("metadata", {}), pod.setdefault("spec", {})
+        name = meta.get("name", "")
+        meta["namespace"] = namespace
+        if self.store.get(NAMESPACE, "", namespace) is None:
+            raise not_found(NAMESPACE, namespace)
+        if self.store.get(POD, namespace, name) is not None:
+            raise ApiFailure(409, "AlreadyExists", f'pods "{name}" already exists', {"name": name, "kind": "pods"})
+        errors = resource_errors(spec)
+        if errors:
+            raise ApiFailure(422, "Invalid", f'Pod "{name}" is invalid: ' + ", ".join(map(str, errors)),
+                             {"name": name, "kind": "Pod", "causes": [
+                                 {"reason": "FieldValueRequired" if e.kind == "Required value" else "FieldValueInvalid",
+                                  "message": f"{e.kind}: {e.detail}", "field": e.field} for e in errors]})
+        handler = spec.get("runtimeClassName")
+        if handler and self.store.get(RUNTIME_CLASS, "", handler) is None:
+            raise ApiFailure(403, "Forbidden", f'pods "{name}" is forbidden: pod rejected: RuntimeClass "{handler}" '
+                             "not found", {"name": name, "kind": "pods"})
+        pod["status"] = {"phase": "Pending"}
+        return self.store.create(POD, pod)
+
+    def event(self, pod: Stored, kind: str, reason: str, message: str, component: str = "default-scheduler") -> None:
+        """An Event on ``pod`` (one per distinct message, as ``kubectl describe`` shows them)."""
+        meta = pod.obj["metadata"]
+        if self.last_events.get(meta["uid"]) == (reason, message):
+            return
+        self.last_events[meta["uid"]] = (reason, message)
+        name = f"{meta['name']}.{uuid.uuid4().hex[:16]}"
+        self.store.create(EVENT, {"metadata": {"name": name, "namespace": meta["namespace"]},
+                                  "involvedObject": {"kind": "Pod", "namespace": meta["namespace"],
+                                                     "name": meta["name"], "uid": meta["uid"]},
+                                  "reason": reason, "message": message, "type": kind, "count": 1,
+                                  "firstTimestamp": now(), "lastTimestamp": now(),
+                                  "source": {"component": component}})
+
+    def schedule(self) -> None:
+        """The scheduler's filters for what gpunode's pods need: nodeSelector, taints, extended resources."""
+        nodes = self.store.items(NODE)
+        pods = self.store.items(POD)
+        for pod in pods:
+            spec = pod.obj["spec"]
+            if spec.get("nodeName") or pod.obj["status"].get("phase") not in ("Pending", None):
+                continue
+            wanted = pod_requests(spec)
+            reasons: dict[str, int] = {}
+            fits = []
+            for node in nodes:
+                why = self.unfit(node, spec, wanted, pods)
+                if why:
+                    reasons[why] = reasons.get(why, 0) + 1
+                else:
+                    fits.append(node)
+            meta = pod.obj["metadata"]
+            if fits:
+                chosen = fits[0].obj["metadata"]["name"]
+                spec["nodeName"] = chosen
+                pod.obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+                self.store.bump(pod)
+                self.event(pod, "Normal", "Scheduled",
+                           f"Successfully assigned {meta['namespace']}/{meta['name']} to {chosen}")
+                continue
+            message = f"0/{len(nodes)} nodes are available: " + ", ".join(
+                f"{count} {why}" for why, count in sorted(reasons.items())) + "."
+            condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            if pod.obj["status"].get("conditions") != [condition]:
+                pod.obj["status"]["conditions"] = [condition]
+                self.store.bump(pod)
+            self.event(pod, "Warning", "FailedScheduling", message)
+
+    @staticmethod
+    def unfit(node: Stored, spec: dict, wanted: dict[str, int], pods: list[Stored]) -> str | None:
+        """Why ``node`` cannot take the pod, in the scheduler's words; None when it can."""
+        labels = node.obj["metadata"].get("labels", {})
+        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            return "node(s) didn't match Pod's node affinity/selector"
+        for taint in node.obj.get("spec", {}).get("taints") or []:
+            if not tolerates(spec.get("tolerations") or [], [taint]):
+                return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
+        name = node.obj["metadata"]["name"]
+        allocatable = node.obj["status"].get("allocatable", {})
+        for resource, count in sorted(wanted.items()):
+            used = sum(pod_requests(p.obj["spec"]).get(resource, 0) for p in pods
+                       if p.obj["spec"].get("nodeName") == name
+                       and p.obj["status"].get("phase") not in ("Succeeded", "Failed"))
+            if int(allocatable.get(resource, "0")) - used < count:
+                return f"Insufficient {resource}"
+        return None
 
     def list(self, kind: Kind, namespace: str | None, query: dict) -> dict:
         items = []
@@ -242,8 +371,8 @@ class ControlPlane:
             raise ApiFailure(400, "BadRequest", f"error decoding patch: {error}") from error
         if not isinstance(document, dict):
             raise ApiFailure(400, "BadRequest", "the patch is not an object")
-        if kind.namespaced and kind.kind != "Namespace" and self.store.get(KINDS[1], "", namespace) is None:
-            raise not_found(KINDS[1], namespace)
+        if kind.namespaced and kind.kind != "Namespace" and self.store.get(NAMESPACE, "", namespace) is None:
+            raise not_found(NAMESPACE, namespace)
         if content_type == "application/apply-patch+yaml":
             if not manager:
                 raise ApiFailure(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required '
@@ -279,7 +408,7 @@ class ControlPlane:
             nodes = json.loads(fleet_file.read_text()).get("nodes", {}) if mtime >= 0 else {}
         except (json.JSONDecodeError, OSError):
             return
-        node_kind = KINDS[0]
+        node_kind = NODE
         with self.store.lock:
             for name, entry in nodes.items():
                 if self.store.get(node_kind, "", name) is None:
@@ -300,8 +429,8 @@ class ControlPlane:
         base = {"cpu": cpu, "memory": memory, "pods": "110"}
         labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
-        stored = self.store.create(KINDS[0], {"metadata": {"name": name}})
-        self.store.merge_patch(KINDS[0], "", name, {"metadata": {"labels": labels}}, "kubelet")
+        stored = self.store.create(NODE, {"metadata": {"name": name}})
+        self.store.merge_patch(NODE, "", name, {"metadata": {"labels": labels}}, "kubelet")
         stored.obj["status"] = {
             "capacity": dict(base), "allocatable": dict(base),
             "addresses": [{"type": "InternalIP", "address": entry.get("address", "")},
@@ -351,12 +480,13 @@ class ControlPlane:
         """One pass of the DaemonSet controller and the kubelets' status updates."""
         with self.store.lock:
             self.daemonsets()
+            self.schedule()
             self.kubelets()
             self.daemonset_status()
 
     def daemonsets(self) -> None:
-        pods_kind, nodes = KINDS[3], self.store.items(KINDS[0])
-        for ds in self.store.items(KINDS[5]):
+        pods_kind, nodes = POD, self.store.items(NODE)
+        for ds in self.store.items(DAEMONSET):
             meta, spec = ds.obj["metadata"], ds.obj.get("spec", {})
             template = spec.get("template", {})
             revision = hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
@@ -390,15 +520,21 @@ class ControlPlane:
                                                  "uid": meta["uid"], "controller": True}]},
                "spec": {**copy.deepcopy(template.get("spec", {})), "nodeName": node},
                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}}
-        self.store.create(KINDS[3], pod)
+        self.store.create(POD, pod)
 
     def kubelets(self) -> None:
         pods_by_node: dict[str, dict[str, dict]] = {}
-        for pod in self.store.items(KINDS[3]):
-            containers = pod.obj["spec"].get("containers", [])
-            if containers:
-                pods_by_node.setdefault(pod.obj["spec"]["nodeName"], {})[pod.obj["metadata"]["name"]] = containers[0]
-        for node in self.store.items(KINDS[0]):
+        for pod in self.store.items(POD):
+            spec = pod.obj["spec"]
+            if not spec.get("containers") or not spec.get("nodeName"):
+                continue
+            plugin = any(o.get("kind") == "DaemonSet" for o in pod.obj["metadata"].get("ownerReferences", []))
+            entry = {"role": "plugin" if plugin else "workload", "container": spec["containers"][0]}
+            if not plugin:
+                runtime_class = self.store.get(RUNTIME_CLASS, "", spec.get("runtimeClassName") or "")
+                entry["handler"] = runtime_class.obj.get("handler", "") if runtime_class else ""
+            pods_by_node.setdefault(spec["nodeName"], {})[pod.obj["metadata"]["name"]] = entry
+        for node in self.store.items(NODE):
             name = node.obj["metadata"]["name"]
             wanted = pods_by_node.get(name, {})
             link = self.agents.get(name)
@@ -412,9 +548,15 @@ class ControlPlane:
             if link:
                 link.send(wanted)
             self.node_status(node, self.reports.get(name, {}))
-        for pod in self.store.items(KINDS[3]):
+        for pod in self.store.items(POD):
+            if not pod.obj["spec"].get("nodeName"):
+                continue
             report = self.reports.get(pod.obj["spec"]["nodeName"], {}).get("pods", {})
-            self.pod_status(pod, report.get(pod.obj["metadata"]["name"]))
+            state = report.get(pod.obj["metadata"]["name"])
+            if state and state.get("workload"):
+                self.workload_status(pod, state)
+            else:
+                self.pod_status(pod, state)
 
     def node_status(self, node: Stored, report: dict) -> None:
         status = node.obj["status"]
@@ -427,8 +569,36 @@ class ControlPlane:
             status["capacity"], status["allocatable"] = capacity, allocatable
             self.store.bump(node)
 
+    def workload_status(self, pod: Stored, state: dict) -> None:
+        """A workload pod's status, its log and its kubelet events from the node agent's report."""
+        container = pod.obj["spec"]["containers"][0]
+        phase = state["phase"]
+        if phase == "Running":
+            current = {"running": {}}
+        elif phase in ("Succeeded", "Failed") and state.get("exit_code") is not None:
+            current = {"terminated": {"exitCode": state["exit_code"], "reason": state["reason"]}}
+        else:
+            current = {"waiting": {"reason": state.get("reason") or "ContainerCreating",
+                                   **({"message": state["message"]} if state.get("message") else {})}}
+        status = {"phase": phase, "conditions": pod.obj["status"].get("conditions", []),
+                  "containerStatuses": [{"name": container["name"], "image": container.get("image", ""),
+                                         "imageID": "", "ready": phase == "Running",
+                                         "restartCount": 0, "state": current}]}
+        if phase == "Failed" and state.get("reason") == "UnexpectedAdmissionError":
+            status.update(reason="UnexpectedAdmissionError", message=state["message"])
+            status.pop("containerStatuses")
+        self.logs[(pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"])] = state.get("log", "")
+        changed = pod.obj["status"] != status
+        if state.get("reason") in ("FailedCreatePodSandBox", "UnexpectedAdmissionError"):
+            self.event(pod, "Warning", state["reason"], state.get("message", ""), "kubelet")
+        if changed:
+            pod.obj["status"] = status
+            self.store.bump(pod)
+
     def pod_status(self, pod: Stored, state: dict | None) -> None:
         container = pod.obj["spec"]["containers"][0]["name"]
+        if state is not None:
+            self.logs[(pod.obj["metadata"]["namespace"], pod.obj["metadata"]["name"])] = state.get("log_tail", "")
         if state is None:
             status = {"phase": "Pending", "containerStatuses": [
                 {"name": container, "image": pod.obj["spec"]["containers"][0].get("image", ""), "imageID": "",
@@ -458,9 +628,9 @@ class ControlPlane:
             self.store.bump(pod)
 
     def daemonset_status(self) -> None:
-        for ds in self.store.items(KINDS[5]):
+        for ds in self.store.items(DAEMONSET):
             meta = ds.obj["metadata"]
-            owned = [p for p in self.store.items(KINDS[3], meta["namespace"])
+            owned = [p for p in self.store.items(POD, meta["namespace"])
                      if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
             ready = sum(1 for p in owned if p.obj["status"].get("conditions", [{}])[-1].get("status") == "True")
             generation = str(meta.get("generation", 1))
@@ -503,9 +673,10 @@ class Handler(BaseHTTPRequestHandler):
             code, answer = failure.code, failure.status()
             if failure.code in (401, 403, 409, 422, 501) or self.command != "GET":
                 self.plane.record(self._user(headers), self.command, self.path, failure.code)
-        payload = json.dumps(answer).encode()
+        text = isinstance(answer, str)
+        payload = answer.encode() if text else json.dumps(answer).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", "text/plain" if text else "application/json")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)

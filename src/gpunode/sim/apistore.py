@@ -48,7 +48,9 @@ KINDS = (
     Kind("", "v1", "pods", "Pod", True),
     Kind("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False),
     Kind("apps", "v1", "daemonsets", "DaemonSet", True),
+    Kind("", "v1", "events", "Event", True),
 )
+NODE, NAMESPACE, SERVICE_ACCOUNT, POD, RUNTIME_CLASS, DAEMONSET, EVENT = KINDS
 
 
 class ApiFailure(Exception):

@@ -47,7 +47,7 @@ def render_standin(name: str, **values: str) -> str:
 
 def _recipe_digest() -> str:
     digest = hashlib.sha256()
-    for name in ("nvidia_ctk.py", "nvidia_container_runtime.sh"):
+    for name in ("nvidia_ctk.py", "nvidia_container_runtime.py"):
         digest.update(render_standin(name).encode())
     digest.update(repr(TOOLKIT_VERSIONS).encode())
     return digest.hexdigest()[:16]
@@ -106,7 +106,7 @@ def build_packages(out: Path, arch: str) -> None:
                 {
                     "/usr/bin/nvidia-ctk": (render_standin("nvidia_ctk.py", toolkit_version=upstream), 0o755),
                     "/usr/bin/nvidia-container-runtime": (
-                        render_standin("nvidia_container_runtime.sh", toolkit_version=upstream), 0o755),
+                        render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
                     "/etc/nvidia-container-runtime/config.toml": (
                         '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
                         'disable-require = false\nsupported-driver-capabilities = "compat32,compute,display,'

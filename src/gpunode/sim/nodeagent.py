@@ -26,6 +26,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from gpunode.sim.kubelet import KubeletStandin
+from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, launch
 
 SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 LOG_DIR = "/var/log/pods"
@@ -121,17 +122,67 @@ class Container:
                 "last_exit": self.last_exit, "log_tail": tail}
 
 
+@dataclass
+class Workload:
+    """A workload pod: run once in its own thread (restartPolicy Never), its outcome reported."""
+
+    pod: str
+    spec: dict
+    handler: str
+    outcome: Outcome | None = None
+    thread: threading.Thread | None = None
+
+    def start(self, kubelet: KubeletStandin, taken, lock: threading.Lock) -> None:
+        def run() -> None:
+            with lock:
+                try:
+                    env, devices = admit(kubelet, self.spec, taken())
+                except DeviceAdmissionError as error:
+                    self.outcome = Outcome("Failed", reason="UnexpectedAdmissionError", message=str(error))
+                    return
+                self.outcome = Outcome("Running", devices=devices)
+            outcome = launch(self.pod, self.spec, env, self.handler)
+            outcome.devices = devices
+            with lock:
+                self.outcome = outcome
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def devices(self) -> set[str]:
+        """Devices the pod holds: until it terminates (the kubelet frees a finished pod's devices)."""
+        if self.outcome is None or self.outcome.phase != "Running":
+            return set()
+        return {d for ids in self.outcome.devices.values() for d in ids}
+
+    def state(self) -> dict:
+        if self.outcome is None:
+            return {"workload": True, "phase": "Pending", "reason": "ContainerCreating"}
+        o = self.outcome
+        return {"workload": True, "phase": o.phase, "exit_code": o.exit_code, "reason": o.reason,
+                "message": o.message, "log": o.log[-4000:], "devices": o.devices}
+
+
 class Agent:
     def __init__(self) -> None:
         os.makedirs(SOCKET_DIR, exist_ok=True)
         self.kubelet = KubeletStandin(SOCKET_DIR)
         self.containers: dict[str, Container] = {}
+        self.workloads: dict[str, Workload] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.last_report = ""
 
-    def desired(self, pods: dict[str, dict]) -> None:
+    def desired(self, entries: dict[str, dict]) -> None:
+        pods = {name: e["container"] for name, e in entries.items() if e.get("role") == "plugin"}
         with self.lock:
+            for name in list(self.workloads):
+                if name not in entries:
+                    del self.workloads[name]
+            for name, entry in entries.items():
+                if entry.get("role") == "workload" and name not in self.workloads:
+                    workload = self.workloads[name] = Workload(name, entry["container"], entry.get("handler", ""))
+                    workload.start(self.kubelet, self.taken, self.lock)
             for name in list(self.containers):
                 if name not in pods:
                     self.containers.pop(name).stop()
@@ -143,9 +194,13 @@ class Agent:
                 if current is None:
                     self.containers[name] = Container(name, spec)
 
+    def taken(self) -> set[str]:
+        return {d for w in self.workloads.values() for d in w.devices()}
+
     def report(self) -> None:
         with self.lock:
             pods = {name: c.state() for name, c in self.containers.items()}
+            pods.update({name: w.state() for name, w in self.workloads.items()})
         line = json.dumps({"resources": self.kubelet.report(), "pods": pods}, sort_keys=True)
         if line != self.last_report:
             self.last_report = line

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpunode.errors import GpunodeError
 
-HOST_PACKAGES = "debootstrap zstd socat openssh-client apt-utils gnupg iproute2 util-linux dpkg-dev"
+HOST_PACKAGES = "debootstrap zstd socat openssh-client apt-utils gnupg iproute2 util-linux dpkg-dev busybox-static"
 REQUIRED_TOOLS = {
     "debootstrap": "debootstrap",
     "zstd": "zstd",

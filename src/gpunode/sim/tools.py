@@ -10,6 +10,10 @@ import shutil
 from pathlib import Path
 
 from gpunode.sim.aptrepo import render_standin
+from gpunode.sim.workload_image import write_image
+
+WORKLOAD_IMAGE = "usr/lib/gpunode-sim/workload-image.tar"
+WORKLOAD_ROOTFS = "usr/lib/gpunode-sim/workload-rootfs.tar"
 
 FABRICMANAGER_UNIT = """[Unit]
 Description=NVIDIA fabric manager service (gpunode simulated)
@@ -49,3 +53,4 @@ def write_tools_layer(target: Path) -> None:
     sources = target / "etc/apt/sources.list"
     sources.parent.mkdir(parents=True, exist_ok=True)
     sources.write_text(SOURCES_LIST)
+    write_image(target / WORKLOAD_IMAGE, target / WORKLOAD_ROOTFS)

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""Stand-in for nvidia-container-runtime @TOOLKIT_VERSION@ in a simulated node.
+
+An OCI runtime that hands every call to runc, as the real one does. On
+``create``, when the container's environment sets NVIDIA_VISIBLE_DEVICES (not
+``void``/``none``/empty), it does what the real prestart hook does for the
+simulated driver: the selected GPUs' device nodes, /dev/nvidiactl and
+/dev/nvidia-uvm, and an ``nvidia-smi`` that lists exactly those GPUs (the node's
+simulated GPU state), bound into the container. Under plain runc none of it
+happens, so the container sees no GPU.
+"""
+
+import json
+import os
+import sys
+
+STATE = "/etc/gpunode-sim/gpu.json"
+SELECTED_DIR = "/run/gpunode-sim/containers"
+
+
+def visible(env: list[str]) -> str | None:
+    values = dict(item.split("=", 1) for item in env if "=" in item)
+    chosen = values.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    return None if chosen in ("", "void", "none") else chosen
+
+
+def selected_gpus(chosen: str) -> list[dict]:
+    with open(STATE) as handle:
+        gpus = json.load(handle).get("gpus", [])
+    if chosen == "all":
+        return gpus
+    wanted = [item.strip() for item in chosen.split(",")]
+    return [g for g in gpus if g["uuid"] in wanted or str(g["index"]) in wanted]
+
+
+def inject(bundle: str, container: str) -> None:
+    path = os.path.join(bundle, "config.json")
+    with open(path) as handle:
+        spec = json.load(handle)
+    chosen = visible(spec.get("process", {}).get("env", []))
+    if chosen is None:
+        return
+    gpus = selected_gpus(chosen)
+    folder = os.path.join(SELECTED_DIR, container)
+    os.makedirs(folder, exist_ok=True)
+    smi = os.path.join(folder, "nvidia-smi")
+    lines = "".join(f"GPU {i}: {g['name']} (UUID: {g['uuid']})\\n" for i, g in enumerate(gpus))
+    with open(smi, "w") as handle:
+        handle.write("#!/bin/sh\n# nvidia-smi of the simulated driver, as mounted by nvidia-container-runtime\n"
+                     f"printf '{lines}'\n")
+    os.chmod(smi, 0o755)
+    mounts = spec.setdefault("mounts", [])
+    mounts.append({"destination": "/usr/bin/nvidia-smi", "type": "bind", "source": smi,
+                   "options": ["rbind", "ro"]})
+    for device in [f"/dev/nvidia{g['minor']}" for g in gpus] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]:
+        if os.path.exists(device):
+            mounts.append({"destination": device, "type": "bind", "source": device, "options": ["rbind"]})
+    with open(path, "w") as handle:
+        json.dump(spec, handle)
+
+
+def main(argv: list[str]) -> None:
+    if "create" in argv:
+        bundle = next((argv[i + 1] for i, a in enumerate(argv) if a in ("--bundle", "-b") and i + 1 < len(argv)),
+                      os.getcwd())
+        inject(bundle, argv[-1])
+    os.execvp("runc", ["runc", *argv])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

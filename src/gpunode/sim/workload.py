@@ -1,0 +1,142 @@
+"""How a simulated node's kubelet runs a workload pod: allocate devices, resolve the runtime, run the container.
+
+Runs inside the node (the node agent calls it). Devices come from the device
+plugin through the kubelet stand-in's Allocate; the RuntimeClass handler is
+looked up in the node's EFFECTIVE containerd config (``containerd config dump``)
+as the CRI plugin does, so a missing handler fails with CRI's words; the
+container runs for real with ``ctr run`` and that runtime's binary (docker
+nodes: ``docker run --runtime``), from the locally built workload image.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+
+from gpunode.sim.kubelet import KubeletStandin
+from gpunode.sim.workload_image import IMAGE_NAME
+
+IMAGE_ARCHIVE = "/usr/lib/gpunode-sim/workload-image.tar"
+ROOTFS_ARCHIVE = "/usr/lib/gpunode-sim/workload-rootfs.tar"
+DOCKER_IMAGE = "gpunode-workload:1"
+CRI_TABLES = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")  # containerd config version 2, 3
+RUN_TIMEOUT = 120
+
+
+@dataclass
+class Outcome:
+    """What the kubelet reports for a workload pod's container."""
+
+    phase: str  # Running, Succeeded, Failed, Pending
+    exit_code: int | None = None
+    reason: str = ""
+    message: str = ""
+    log: str = ""
+    devices: dict[str, list[str]] = field(default_factory=dict)
+
+
+class DeviceAdmissionError(Exception):
+    pass
+
+
+def allocate(kubelet: KubeletStandin, limits: dict, taken: set[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Devices for the pod's extended resources and the environment Allocate returns; as the kubelet's manager."""
+    env: dict[str, str] = {}
+    chosen: dict[str, list[str]] = {}
+    for resource, count in sorted(limits.items()):
+        if not resource.startswith("nvidia.com/"):
+            continue
+        plugin = kubelet.plugins.get(resource)
+        healthy = sorted(i for i, h in (plugin.devices.items() if plugin else []) if h == "Healthy")
+        free = [i for i in healthy if i not in taken]
+        if len(free) < int(count):
+            raise DeviceAdmissionError(f"Allocate failed due to requested number of devices unavailable for "
+                                       f"{resource}. Requested: {count}, Available: {len(free)}, which is unexpected")
+        ids = free[:int(count)]
+        if plugin.options.get_preferred_allocation_available:
+            ids = kubelet.preferred(resource, free, [], int(count))
+        response = kubelet.allocate(resource, ids)
+        for container in response.container_responses:
+            env.update(container.envs)
+        chosen[resource] = ids
+        taken.update(ids)
+    return env, chosen
+
+
+def containerd_runtime(handler: str) -> tuple[str | None, str]:
+    """(the runc binary of ``handler`` in the effective containerd config, or None; the error when None)."""
+    dump = subprocess.run(["containerd", "config", "dump"], capture_output=True, text=True, timeout=30, check=False)
+    try:
+        config = tomllib.loads(dump.stdout)
+    except tomllib.TOMLDecodeError as error:
+        return None, f"containerd config dump does not parse: {error}"
+    plugins = config.get("plugins", {})
+    cri = next((plugins[t]["containerd"] for t in CRI_TABLES if "containerd" in plugins.get(t, {})), {})
+    name = handler or cri.get("default_runtime_name", "runc")
+    runtime = (cri.get("runtimes") or {}).get(name)
+    if runtime is None:
+        return None, ("Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox runtime: "
+                      f'no runtime for "{name}" is configured')
+    return (runtime.get("options") or {}).get("BinaryName") or "runc", ""
+
+
+def run_containerd(pod: str, command: list[str], env: dict[str, str], handler: str) -> Outcome:
+    binary, error = containerd_runtime(handler)
+    if binary is None:
+        return Outcome("Pending", reason="FailedCreatePodSandBox", message=error)
+    images = subprocess.run(["ctr", "-n", "k8s.io", "images", "ls", "-q"], capture_output=True, text=True,
+                            timeout=30, check=False)
+    if IMAGE_NAME not in images.stdout.split():
+        subprocess.run(["ctr", "-n", "k8s.io", "images", "import", IMAGE_ARCHIVE], capture_output=True, timeout=60,
+                       check=False)
+    argv = ["ctr", "-n", "k8s.io", "run", "--rm", "--runc-binary", binary]
+    for key, value in sorted(env.items()):
+        argv += ["--env", f"{key}={value}"]
+    return _finish(subprocess.run([*argv, IMAGE_NAME, pod, *command], capture_output=True, text=True,
+                                  timeout=RUN_TIMEOUT, check=False))
+
+
+def run_docker(pod: str, command: list[str], env: dict[str, str], handler: str) -> Outcome:
+    images = subprocess.run(["docker", "images", "-q", DOCKER_IMAGE], capture_output=True, text=True, timeout=30,
+                            check=False)
+    if not images.stdout.strip():
+        subprocess.run(["docker", "import", ROOTFS_ARCHIVE, DOCKER_IMAGE], capture_output=True, timeout=60,
+                       check=False)
+    argv = ["docker", "run", "--rm", "--name", pod]
+    if handler:
+        argv += ["--runtime", handler]
+    for key, value in sorted(env.items()):
+        argv += ["--env", f"{key}={value}"]
+    result = subprocess.run([*argv, DOCKER_IMAGE, *command], capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                            check=False)
+    if result.returncode == 125:  # docker's own failure (unknown runtime...), not the container's
+        return Outcome("Pending", reason="FailedCreatePodSandBox", message=result.stderr.strip())
+    return _finish(result)
+
+
+def _finish(result: subprocess.CompletedProcess[str]) -> Outcome:
+    log = result.stdout + result.stderr
+    if result.returncode == 0:
+        return Outcome("Succeeded", 0, "Completed", log=log)
+    return Outcome("Failed", result.returncode, "Error", log=log)
+
+
+def admit(kubelet: KubeletStandin, container: dict, taken: set[str]) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The container's environment with what Allocate returned, and the devices it got (DeviceAdmissionError)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    alloc_env, devices = allocate(kubelet, limits, set(taken))
+    env = {e["name"]: str(e.get("value", "")) for e in container.get("env") or []}
+    env.update(alloc_env)
+    return env, devices
+
+
+def launch(pod: str, container: dict, env: dict[str, str], handler: str) -> Outcome:
+    """Run the container to its end (restartPolicy Never) with the node's runtime."""
+    command = [*(container.get("command") or []), *(container.get("args") or [])] or ["sh", "-c", "true"]
+    runner = run_docker if shutil.which("dockerd") else run_containerd
+    try:
+        return runner(pod, command, env, handler)
+    except subprocess.TimeoutExpired:
+        return Outcome("Failed", reason="DeadlineExceeded", message=f"the container ran longer than {RUN_TIMEOUT} s")
