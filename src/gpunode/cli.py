@@ -126,6 +126,37 @@ def render(inventory: str) -> None:
 
 
 @cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--node", help="Only this inventory host.")
+@click.option("--pod", metavar="NS/NAME", help="Also explain this pod (Pending, not starting, no GPU).")
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(inventory: str, node: str | None, pod: str | None, limit: tuple[str, ...], data: tuple[str, ...],
+           as_json: bool) -> None:
+    """Name the first broken link of the GPU chain on each node (and for a pod), with evidence and fix.
+
+    Driver, toolkit repository, toolkit, runtime, node labels, device plugin, allocatable GPUs; device-plugin
+    pods on CPU nodes and the nvidia RuntimeClass; with --pod, why that pod is Pending, cannot start or runs
+    without a GPU. Changes nothing. Exit 0 when nothing is broken, 1 otherwise.
+
+    \b
+    Examples:
+      gpunode doctor inventories/prod.py
+      gpunode doctor inventories/prod.py --node gpu-a100-01.example.internal --pod ml/trainer-0 --json
+    """
+    import json
+
+    from gpunode.doctor import examine
+    from gpunode.doctor import render as render_report
+    from gpunode.verify.targets import parse_data
+
+    report = examine(inventory, list(limit), parse_data(list(data)), node, pod)
+    click.echo(json.dumps(report.as_json(), indent=2) if as_json else render_report(report))
+    sys.exit(1 if report.problems else 0)
+
+
+@cli.command()
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--nvidia-default", is_flag=True,
               help="nvidia is the cluster's default runtime (nvidia_runtime_default): runtimeClassName not needed.")

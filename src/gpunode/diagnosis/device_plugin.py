@@ -18,6 +18,17 @@ def allocatable_gpus(node: NodeLabelsState) -> int:
         return 0
 
 
+def crash_fix(pod: PluginPodState, namespace: str) -> str:
+    """The fix the plugin's own last words point at."""
+    said = " ".join(pod.log_tail)
+    if "socket directory" in said:
+        return ("the DaemonSet must mount the host's /var/lib/kubelet/device-plugins (hostPath, type Directory) and "
+                "run as root: re-run deploys/device_plugin.py (gpunode's manifest does both)")
+    if "NVML" in said or "nvml" in said or "driver" in said:
+        return "the plugin cannot initialise NVML: fix the driver on this node first (gpunode verify, driver step)"
+    return f"kubectl -n {namespace} logs {pod.name} --previous"
+
+
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, expected: int,
              namespace: str) -> list[Finding]:
     """Why ``node`` does not offer ``expected`` GPUs, first cause first; [] when it does."""
@@ -41,10 +52,10 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     pod_evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
                     + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
                     + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]
+    pod_evidence += [f"log: {line}" for line in pod.log_tail if line.strip()]
     if pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready):
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
-                        f"kubectl -n {namespace} logs {pod.name} --previous (NVML init failures name the driver "
-                        "problem; see the driver step)", code="plugin-crashloop")]
+                        crash_fix(pod, namespace), code="plugin-crashloop")]
     if not pod.ready:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
                         f"kubectl -n {namespace} logs {pod.name}", code="plugin-not-ready")]

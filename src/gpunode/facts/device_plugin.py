@@ -48,6 +48,7 @@ class PluginPodState:
     waiting: str = ""
     restarts: int = 0
     last_exit: int | None = None
+    log_tail: tuple[str, ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -77,6 +78,11 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
     container = statuses[0] if statuses else None
     waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""
     terminated = container.lastState.terminated if container and container.lastState else None
+    log_tail: tuple[str, ...] = ()
+    if container and not container.ready:
+        log_tail = tuple(api_call(settings, f"read the log of {pod.metadata.name}", lambda client: list(
+            client.log(pod.metadata.name, namespace=namespace, tail_lines=20)))[-5:])
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
-                          container.restartCount if container else 0, terminated.exitCode if terminated else None)
+                          container.restartCount if container else 0, terminated.exitCode if terminated else None,
+                          tuple(line.rstrip("\n") for line in log_tail))

@@ -41,6 +41,7 @@ class Verification:
         self.connections = Connections(targets)
         self.verdicts: dict[str, dict[str, StepResult]] = {}
         self.errors: dict[str, str] = {}
+        self.facts: dict[str, dict[str, dict]] = {}
         self.cluster = ClusterView()
 
     def read_all(self) -> None:
@@ -62,7 +63,8 @@ class Verification:
             settings = self.targets[name].settings
         except GpunodeError as error:
             return f"bad inventory data for {name}: {error}"
-        return judge(name, split_facts(result.stdout), settings, self.targets[name].data, self.cluster)
+        self.facts[name] = split_facts(result.stdout)
+        return judge(name, self.facts[name], settings, self.targets[name].data, self.cluster)
 
     def result(self, host: str, step: str) -> StepResult:
         if host in self.errors:
