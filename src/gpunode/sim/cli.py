@@ -169,6 +169,40 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
 
 
 @sim.command()
+@click.argument("node")
+@click.argument("faults", nargs=-1)
+@click.option("--clear", is_flag=True, help="Remove every injected fault.")
+def fault(node: str, faults: tuple[str, ...], clear: bool) -> None:
+    """Inject driver-layer FAULTS into NODE and reboot it (its disk is kept), or --clear them.
+
+    \b
+    Examples:
+      gpunode sim fault node01 driver-not-loaded
+      gpunode sim fault node01 --clear
+    Faults: see 'gpunode sim profiles'.
+    """
+    if not faults and not clear:
+        raise GpunodeError("name a fault or give --clear", "faults: " + ", ".join(FAULTS))
+    report = fleet.restart_node(SimPaths.from_env(), node, say, [] if clear else list(faults))
+    if report.failed:
+        raise GpunodeError(f"{node} did not come back: {report.failed[0].error}", report.failed[0].console)
+
+
+@sim.command()
+@click.argument("node")
+def reboot(node: str) -> None:
+    """Reboot NODE: its processes stop and start again, its disk stays (as a real reboot).
+
+    \b
+    Example:
+      gpunode sim reboot node02
+    """
+    report = fleet.restart_node(SimPaths.from_env(), node, say)
+    if report.failed:
+        raise GpunodeError(f"{node} did not come back: {report.failed[0].error}", report.failed[0].console)
+
+
+@sim.command()
 def profiles() -> None:
     """List the built-in node profiles, GPU models and injectable faults.
 

@@ -26,9 +26,10 @@ import yaml
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
+from gpunode.sim.gpus import FAULTS
 from gpunode.sim.node import APISERVER_PORT, REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
-from gpunode.sim.profiles import NodeSpec
+from gpunode.sim.profiles import NodeSpec, load_profile
 from gpunode.sim.ssh import client_key, write_client_files
 from gpunode.sim.tools import write_tools_layer
 
@@ -220,7 +221,9 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         if entry:
             stop_processes(state.processes(spec.name))
         state.data["nodes"][spec.name] = {"address": spec.address, "profile": spec.profile_name,
-                                          "runtime": spec.runtime, "gpu_count": gpu_count, "pids": {}}
+                                          "runtime": spec.runtime, "gpu_count": gpu_count, "pids": {},
+                                          **({"faults": spec.profile.get("faults") or []}
+                                             if entry and "faults" in entry else {})}
         state.save()
         def record(proc: NodeProcess, name: str = spec.name) -> None:
             state.data["nodes"][name]["pids"][proc.role] = proc.pid
@@ -286,6 +289,36 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
             if leftover.exists():
                 leftover.unlink()
     return leftovers(paths)
+
+
+def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None = None) -> FleetReport:
+    """Reboot a node (its processes stop, its disk stays), with new injected ``faults`` when given.
+
+    The faults are kept in the fleet's record, so later reboots keep them until cleared (``faults=[]``).
+    """
+    state = FleetState(paths)
+    entry = state.data["nodes"].get(name)
+    if entry is None:
+        raise GpunodeError(f"no such node: {name}",
+                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
+    profile = load_profile(entry["profile"])
+    if faults is not None:
+        unknown = sorted(set(faults) - set(FAULTS))
+        if unknown:
+            raise GpunodeError(f"unknown fault {unknown[0]!r}", f"faults: {', '.join(FAULTS)}")
+        entry["faults"] = faults
+        state.save()
+    if "faults" in entry:
+        profile = {**profile, "faults": entry["faults"]}
+    stop_processes(state.processes(name))
+    subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
+                   check=False)
+    (paths.node(name) / "sshd.sock").unlink(missing_ok=True)
+    index = int(entry["address"].rsplit(".", 1)[1])
+    spec = NodeSpec(name, index, entry["profile"], profile, state.net_block(paths))
+    say(f"rebooting {name}" + (f" with faults: {', '.join(profile.get('faults') or []) or 'none'}"
+                               if faults is not None else ""))
+    return up(paths, [spec], say)
 
 
 def leftovers(paths: SimPaths) -> list[str]:

@@ -40,8 +40,32 @@ FILES: dict[str, tuple[str, int]] = {
 
 
 def write_tools_layer(target: Path) -> None:
+    """Write the layer, unless it is already exactly so.
+
+    Running nodes have it as an overlay lower layer: replacing it under them breaks
+    their view of the folders it shares with other layers, so an unchanged layer is
+    never touched (adding or rebooting nodes leaves the running ones alone).
+    """
+    fresh = target.with_name(f"{target.name}.new")
+    if fresh.exists():
+        shutil.rmtree(fresh)
+    _write(fresh)
+    if target.exists() and _same_tree(fresh, target):
+        shutil.rmtree(fresh)
+        return
     if target.exists():
         shutil.rmtree(target)
+    fresh.rename(target)
+
+
+def _same_tree(left: Path, right: Path) -> bool:
+    def listing(root: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")}
+
+    return listing(left) == listing(right)
+
+
+def _write(target: Path) -> None:
     for relative, (standin, mode) in FILES.items():
         path = target / relative
         path.parent.mkdir(parents=True, exist_ok=True)
