@@ -66,6 +66,13 @@ def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
                         (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0)
 
 
+def last_words(lines: list[str]) -> tuple[str, ...]:
+    """The plugin's own last error line if it printed one (``gpunode-device-plugin: ...``), else the last line."""
+    stripped = [line.rstrip("\n") for line in lines if line.strip()]
+    own = [line for line in stripped if line.startswith("gpunode-device-plugin:")]
+    return tuple((own or stripped)[-1:])
+
+
 def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
     def find(client):
         return list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR, fields={"spec.nodeName": node}))
@@ -85,4 +92,4 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,
-                          tuple(line.rstrip("\n") for line in log_tail))
+                          last_words(log_tail))

@@ -249,3 +249,61 @@ def cluster(context: str) -> None:
         state = (pod.status.containerStatuses or [None])[0]
         click.echo(f"  pod {pod.metadata.name} on {pod.spec.nodeName}: {pod.status.phase}, "
                    f"ready={bool(state and state.ready)}, restarts={state.restartCount if state else 0}")
+
+
+@sim.command(name="run", context_settings={"ignore_unknown_options": True})
+@click.argument("name")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--gpus", type=int, default=1, show_default=True, help="limits nvidia.com/gpu of the container.")
+@click.option("--runtime-class", default="nvidia", show_default=True, help="runtimeClassName ('' for none).")
+@click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="nodeSelector entry; repeatable.")
+@click.option("--namespace", default="default", show_default=True)
+@click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for the pod to end.")
+def run_pod(name: str, command: tuple[str, ...], gpus: int, runtime_class: str, node_selector: tuple[str, ...],
+            namespace: str, timeout: float) -> None:
+    """Run a pod on the simulated cluster (like kubectl run), wait for it and print its output.
+
+    The container uses the fleet's local image (busybox and a CUDA-style probe, cuda-probe).
+
+    \b
+    Examples:
+      gpunode sim run gpu-test -- nvidia-smi -L
+      gpunode sim run probe --runtime-class '' -- cuda-probe
+    """
+    import time
+
+    from lightkube import ApiError, Client, KubeConfig
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Event, Namespace, Pod
+
+    paths = SimPaths.from_env()
+    if not paths.kubeconfig.exists():
+        raise GpunodeError("no simulated control plane is running", "start the fleet with 'gpunode sim up'")
+    client = Client(KubeConfig.from_file(paths.kubeconfig), trust_env=False)
+    client.apply(Namespace(apiVersion="v1", kind="Namespace", metadata=ObjectMeta(name=namespace)),
+                 field_manager="gpunode-sim")
+    container = {"name": "main", "image": "gpunode-workload:1", "command": list(command) or ["cuda-probe"]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    spec: dict = {"restartPolicy": "Never", "containers": [container]}
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if node_selector:
+        spec["nodeSelector"] = dict(item.split("=", 1) for item in node_selector)
+    try:
+        client.create(Pod.from_dict({"apiVersion": "v1", "kind": "Pod",
+                                     "metadata": {"name": name, "namespace": namespace}, "spec": spec}))
+    except ApiError as error:
+        raise GpunodeError(f"the API refused the pod: {error.status.message}") from error
+    deadline = time.monotonic() + timeout
+    pod = client.get(Pod, name, namespace=namespace)
+    while pod.status.phase not in ("Succeeded", "Failed") and time.monotonic() < deadline:
+        time.sleep(0.5)
+        pod = client.get(Pod, name, namespace=namespace)
+    click.echo(f"pod {namespace}/{name} on {pod.spec.nodeName or '(not scheduled)'}: {pod.status.phase}")
+    for event in client.list(Event, namespace=namespace, fields={"involvedObject.name": name}):
+        if event.type == "Warning":
+            click.echo(f"  {event.reason}: {event.message}")
+    if pod.status.phase in ("Succeeded", "Failed"):
+        click.echo("".join(client.log(name, namespace=namespace)), nl=False)
+    sys.exit(0 if pod.status.phase == "Succeeded" else 1)

@@ -1,0 +1,222 @@
+"""The whole chain on the session fleet: GPU pods, the API's GPU spec checks, and doctor on injected faults.
+
+Runs after tests/test_rollout.py (file order): every node is bootstrapped and
+the device plugin is rolled out. Each fault starts from that clean state, is
+injected alone, and is repaired (by a re-run of the deploy, or by clearing the
+fault) before the next; doctor must name the cause and the fix, and verify must
+fail on the step that owns it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from lightkube import ApiError
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.node_v1 import RuntimeClass
+
+from .conftest import gpunode
+from .test_provisioning import INVENTORY, deploy, failing, ssh, verify
+from .test_rollout import api
+
+pytestmark = pytest.mark.fleet
+NAMESPACE = "gpunode-system"
+
+
+def doctor(fleet: dict, *args: str) -> tuple[int, dict]:
+    result = gpunode("doctor", INVENTORY, "--json", *args, env=fleet["env"], check=False)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def problem(report: dict, subject: str) -> dict:
+    found = [p for p in report["problems"] if p["subject"] == subject]
+    assert found, report
+    return found[0]
+
+
+def run_pod(fleet: dict, name: str, *args: str) -> str:
+    result = gpunode("sim", "run", name, *args, env=fleet["env"], check=False, timeout=120)
+    return result.stdout + result.stderr
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def test_doctor_on_a_healthy_fleet_reports_nothing(fleet: dict) -> None:
+    code, report = doctor(fleet)
+    assert code == 0 and report["problems"] == []
+    assert report["nodes"]["node01"].startswith("ok") and "CPU-only" in report["nodes"]["node03"]
+
+
+def test_a_gpu_pod_sees_exactly_the_gpu_it_was_allocated(fleet: dict) -> None:
+    output = run_pod(fleet, "one-gpu", "--", "nvidia-smi", "-L")
+    assert "pod default/one-gpu on node01: Succeeded" in output, output
+    listed = [line for line in output.splitlines() if line.startswith("GPU ")]
+    assert len(listed) == 1
+    uuid = listed[0].split("UUID: ")[1].rstrip(")")
+    assert uuid in ssh(fleet, "node01", "nvidia-smi -L")
+    two = run_pod(fleet, "two-v100", "--gpus", "2", "--node-selector", "accelerator=nvidia-v100", "--", "cuda-probe")
+    assert "on node02: Succeeded" in two and "CUDA devices: 2" in two, two
+
+
+def test_a_pod_asking_for_more_gpus_than_exist_stays_pending(fleet: dict) -> None:
+    output = run_pod(fleet, "too-big", "--gpus", "8", "--timeout", "3")
+    assert "FailedScheduling: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu." in output, output
+    code, report = doctor(fleet, "--pod", "default/too-big")
+    assert code == 1
+    found = problem(report, "pod default/too-big")
+    assert found["code"] == "insufficient-gpus" and "node01: 4 allocatable" in " ".join(found["evidence"])
+
+
+def test_who_holds_the_gpus_is_named(fleet: dict) -> None:
+    holder = run_pod(fleet, "holder", "--gpus", "4", "--timeout", "2", "--", "sleep", "60")
+    assert "on node01" in holder, holder
+    output = run_pod(fleet, "waiter", "--gpus", "1", "--node-selector", "accelerator=nvidia-a100", "--timeout", "3")
+    assert "1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector." in output, output
+    found = problem(doctor(fleet, "--pod", "default/waiter")[1], "pod default/waiter")
+    assert "node01: 4 allocatable, held by default/holder (4)" in found["evidence"], found
+    api(fleet).delete(Pod, "holder", namespace="default")
+
+
+def test_a_node_selector_that_matches_no_gpu_node(fleet: dict) -> None:
+    run_pod(fleet, "lost", "--node-selector", "accelerator=nvidia-h100", "--timeout", "2")
+    found = problem(doctor(fleet, "--pod", "default/lost")[1], "pod default/lost")
+    assert found["code"] == "selector-no-gpu-node"
+    assert "accelerator=nvidia-a100" in " ".join(found["evidence"])
+
+
+@pytest.mark.parametrize(("limits", "requests", "message"), [
+    (None, {"nvidia.com/gpu": 1}, "spec.containers[0].resources.limits: Required value: Limit must be set for "
+                                  "non overcommitable resources"),
+    ({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}, 'Invalid value: "2": must be equal to nvidia.com/gpu limit'),
+    ({"nvidia.com/gpu": "0.5"}, None, 'Invalid value: "0.5": must be an integer'),
+])
+def test_the_api_rejects_wrong_gpu_specs_in_its_words(fleet: dict, limits: dict | None, requests: dict | None,
+                                                      message: str) -> None:
+    resources = {k: v for k, v in (("limits", limits), ("requests", requests)) if v}
+    pod = Pod.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "namespace": "default"},
+                         "spec": {"containers": [{"name": "c", "image": "i", "resources": resources}]}})
+    with pytest.raises(ApiError) as caught:
+        api(fleet).create(pod)
+    assert caught.value.status.code == 422 and message in caught.value.status.message
+    assert caught.value.status.message.startswith('Pod "bad" is invalid: ')
+
+
+def test_a_pod_without_runtime_class_gets_no_gpu_and_doctor_says_why(fleet: dict) -> None:
+    output = run_pod(fleet, "plain", "--runtime-class", "")
+    assert "CUDA_ERROR_NO_DEVICE" in output, output
+    found = problem(doctor(fleet, "--pod", "default/plain")[1], "pod default/plain")
+    assert found["code"] == "no-runtime-class" and "runtimeClassName: nvidia" in found["fix"]
+
+
+# -- node faults: (inject, doctor's subject and what it must say, the verify (host, step) that fails) -------------
+
+def sim_fault(name: str) -> Callable[[dict], None]:
+    return lambda fleet: gpunode("sim", "fault", "node01", name, env=fleet["env"])
+
+
+def clear_fault(fleet: dict) -> None:
+    gpunode("sim", "fault", "node01", "--clear", env=fleet["env"])
+
+
+NODE_FAULTS = {
+    "driver-not-loaded": (sim_fault("driver-not-loaded"), "node01", "driver", "kernel module is not loaded",
+                          clear_fault),
+    "library-mismatch": (sim_fault("library-mismatch"), "node01", "driver", "driver upgraded without reboot",
+                         clear_fault),
+    "nouveau": (sim_fault("nouveau"), "node01", "driver", "nouveau", clear_fault),
+    "xid-79": (sim_fault("fallen-off-bus"), "node01", "driver", "fallen off the bus (Xid 79)", clear_fault),
+    "toolkit-removed": (
+        lambda fleet: ssh(fleet, "node01", "apt-mark unhold nvidia-container-toolkit nvidia-container-toolkit-base "
+                                           ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "
+                                           "nvidia-container-toolkit-base >/dev/null 2>&1"),
+        "node01", "toolkit", "toolkit", None),
+    "runtime-not-configured": (
+        lambda fleet: ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml; "
+                                           "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd"),
+        "node01", "runtime", "no nvidia runtime", None),
+}
+
+
+@pytest.mark.parametrize("fault", list(NODE_FAULTS))
+def test_doctor_names_each_node_fault_and_verify_fails_that_step(fleet: dict, tmp_path: Path, fault: str) -> None:
+    inject, subject, link, said, repair = NODE_FAULTS[fault]
+    inject(fleet)
+    try:
+        code, report = doctor(fleet)
+        assert code == 1
+        found = problem(report, subject)
+        assert (found["link"], said in found["what"]) == (link, True), found
+        assert found["fix"]
+        assert [p["subject"] for p in report["problems"]] == [subject]  # nothing else is blamed
+        assert (subject, link) in failing(verify(fleet, tmp_path)[1])
+    finally:
+        if repair:
+            repair(fleet)
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_missing_nvidia_runtime_fails_the_pod_with_cris_words(fleet: dict, tmp_path: Path) -> None:
+    ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml; "
+                         "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd")
+    try:
+        output = run_pod(fleet, "no-handler", "--node-selector", "accelerator=nvidia-a100", "--timeout", "5")
+        assert 'no runtime for "nvidia" is configured' in output, output
+        found = problem(doctor(fleet, "--pod", "default/no-handler")[1], "pod default/no-handler")
+        assert found["code"] == "runtime-handler-missing" and "deploys/runtime.py" in found["fix"]
+    finally:
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
+def test_a_deleted_runtime_class(fleet: dict, tmp_path: Path) -> None:
+    api(fleet).delete(RuntimeClass, "nvidia")
+    try:
+        output = run_pod(fleet, "rejected")
+        assert 'pods "rejected" is forbidden: pod rejected: RuntimeClass "nvidia" not found' in output, output
+        found = problem(doctor(fleet)[1], "cluster")
+        assert found["code"] == "runtimeclass-missing"
+    finally:
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+    assert doctor(fleet)[0] == 0
+
+
+def test_plugin_evicted_from_a_gpu_node(fleet: dict, tmp_path: Path) -> None:
+    client = api(fleet)
+    client.patch(Node, "node02", {"spec": {"taints": [{"key": "maintenance", "effect": "NoExecute"}]}},
+                 field_manager="kubectl")
+    try:
+        wait_for(lambda: client.get(Node, "node02").status.allocatable.get("nvidia.com/gpu") == "0")
+        found = problem(doctor(fleet)[1], "node02")
+        assert (found["link"], found["code"]) == ("device_plugin", "plugin-not-scheduled")
+        assert "node02 offers 0 allocatable nvidia.com/gpu, its driver sees 2" in found["what"]
+    finally:
+        client.patch(Node, "node02", {"spec": {"taints": None}}, field_manager="kubectl")
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_daemonset_without_gpu_node_selector_crash_loops_on_the_cpu_node(fleet: dict, tmp_path: Path) -> None:
+    client = api(fleet)
+    client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"nodeSelector": None}}}},
+                 namespace=NAMESPACE, field_manager="kubectl-edit")
+    try:
+        def crash_looping() -> bool:
+            pods = [p for p in client.list(Pod, namespace=NAMESPACE) if p.spec.nodeName == "node03"]
+            return bool(pods) and pods[0].status.containerStatuses[0].restartCount >= 1
+        wait_for(crash_looping)
+        found = problem(doctor(fleet)[1], "node03")
+        assert found["code"] == "plugin-on-cpu-node" and "NVML" in " ".join(found["evidence"])
+        assert "nodeSelector" in found["fix"]
+    finally:
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
