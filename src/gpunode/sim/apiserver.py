@@ -131,13 +131,14 @@ def tolerates(tolerations: list[dict], taints: list[dict], effects: tuple[str, .
 class AgentLink:
     """The control plane's end of one node's agent (a process inside the node)."""
 
-    def __init__(self, node: str, pid1: int, on_report) -> None:
+    def __init__(self, node: str, pid1: int, on_report, log: Path) -> None:
         nsenter = shutil.which("nsenter") or "nsenter"
         argv = [nsenter, "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-r", "-w",
                 sys.executable, "-m", "gpunode.sim.nodeagent"]
         self.node = node
-        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                        text=True, bufsize=1, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+        with log.open("ab") as errors:
+            self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors,
+                                            text=True, bufsize=1, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
         self.sent = ""
         threading.Thread(target=self._read, args=(on_report,), daemon=True).start()
 
@@ -544,7 +545,8 @@ class ControlPlane:
                     continue
                 if link:
                     link.close()
-                link = self.agents[name] = AgentLink(name, pid1, self.on_report)
+                link = self.agents[name] = AgentLink(name, pid1, self.on_report,
+                                                     self.state_dir / "run" / f"agent-{name}.log")
             if link:
                 link.send(wanted)
             self.node_status(node, self.reports.get(name, {}))
@@ -712,4 +714,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # stacks into the server's log
     main(sys.argv[1:])

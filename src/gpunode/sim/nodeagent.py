@@ -132,19 +132,21 @@ class Workload:
     outcome: Outcome | None = None
     thread: threading.Thread | None = None
 
-    def start(self, kubelet: KubeletStandin, taken, lock: threading.Lock) -> None:
+    def start(self, kubelet: KubeletStandin, taken, admission: threading.Lock) -> None:
         def run() -> None:
-            with lock:
+            with admission:
                 try:
                     env, devices = admit(kubelet, self.spec, taken())
                 except DeviceAdmissionError as error:
                     self.outcome = Outcome("Failed", reason="UnexpectedAdmissionError", message=str(error))
                     return
+                except Exception as error:  # noqa: BLE001 - Allocate failing is the pod's failure, reported
+                    self.outcome = Outcome("Failed", reason="UnexpectedAdmissionError", message=repr(error))
+                    return
                 self.outcome = Outcome("Running", devices=devices)
             outcome = launch(self.pod, self.spec, env, self.handler)
             outcome.devices = devices
-            with lock:
-                self.outcome = outcome
+            self.outcome = outcome
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
@@ -164,38 +166,50 @@ class Workload:
 
 
 class Agent:
+    """The node's kubelet loop: desired pods in from stdin, their states and the node's resources out on stdout.
+
+    Reading stdin only files the newest desired set; the loop thread applies it,
+    so no message waits on a container. Nothing that can block (plugin stops,
+    readiness probes, Allocate) runs under the state lock.
+    """
+
     def __init__(self) -> None:
         os.makedirs(SOCKET_DIR, exist_ok=True)
         self.kubelet = KubeletStandin(SOCKET_DIR)
         self.containers: dict[str, Container] = {}
         self.workloads: dict[str, Workload] = {}
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # the two dicts above
+        self.admission = threading.Lock()  # one pod's devices are picked and allocated at a time
+        self.inbox: dict[str, dict] | None = None
+        self.wake = threading.Event()
         self.stopping = threading.Event()
         self.last_report = ""
 
-    def desired(self, entries: dict[str, dict]) -> None:
+    def apply(self, entries: dict[str, dict]) -> None:
         pods = {name: e["container"] for name, e in entries.items() if e.get("role") == "plugin"}
+        to_stop: list[Container] = []
         with self.lock:
-            for name in list(self.workloads):
-                if name not in entries:
-                    del self.workloads[name]
+            for name in [n for n in self.workloads if n not in entries]:
+                del self.workloads[name]
             for name, entry in entries.items():
                 if entry.get("role") == "workload" and name not in self.workloads:
                     workload = self.workloads[name] = Workload(name, entry["container"], entry.get("handler", ""))
-                    workload.start(self.kubelet, self.taken, self.lock)
-            for name in list(self.containers):
-                if name not in pods:
-                    self.containers.pop(name).stop()
+                    workload.start(self.kubelet, self.taken, self.admission)
+            for name in [n for n in self.containers if n not in pods]:
+                to_stop.append(self.containers.pop(name))
             for name, spec in pods.items():
                 current = self.containers.get(name)
                 if current is not None and current.spec != spec:
-                    current.stop()
+                    to_stop.append(current)
                     current = None
                 if current is None:
                     self.containers[name] = Container(name, spec)
+        for container in to_stop:
+            container.stop()
 
     def taken(self) -> set[str]:
-        return {d for w in self.workloads.values() for d in w.devices()}
+        with self.lock:
+            return {d for w in self.workloads.values() for d in w.devices()}
 
     def report(self) -> None:
         with self.lock:
@@ -210,10 +224,16 @@ class Agent:
     def loop(self) -> None:
         while not self.stopping.is_set():
             with self.lock:
-                for container in self.containers.values():
-                    container.tick()
+                entries, self.inbox = self.inbox, None
+            if entries is not None:
+                self.apply(entries)
+            with self.lock:
+                containers = list(self.containers.values())
+            for container in containers:
+                container.tick()
             self.report()
-            self.stopping.wait(0.25)
+            self.wake.wait(0.25)
+            self.wake.clear()
 
     def run(self) -> None:
         self.kubelet.restart()  # a starting kubelet clears the sockets a previous one left
@@ -224,14 +244,19 @@ class Agent:
                 message = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            self.desired(message.get("pods", {}))
+            with self.lock:
+                self.inbox = message.get("pods", {})
+            self.wake.set()
         self.stopping.set()
+        self.wake.set()
         worker.join()
-        with self.lock:
-            for container in self.containers.values():
-                container.stop()
+        for container in list(self.containers.values()):
+            container.stop()
         self.kubelet.stop()
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)  # stacks into the agent's log
     Agent().run()

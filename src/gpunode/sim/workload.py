@@ -65,9 +65,16 @@ def allocate(kubelet: KubeletStandin, limits: dict, taken: set[str]) -> tuple[di
     return env, chosen
 
 
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """A command of the node's kubelet: never on the agent's stdin (the control plane's channel; ``ctr run``
+    would otherwise read the next messages as the container's input)."""
+    return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
 def containerd_runtime(handler: str) -> tuple[str | None, str]:
     """(the runc binary of ``handler`` in the effective containerd config, or None; the error when None)."""
-    dump = subprocess.run(["containerd", "config", "dump"], capture_output=True, text=True, timeout=30, check=False)
+    dump = _run(["containerd", "config", "dump"], 30)
     try:
         config = tomllib.loads(dump.stdout)
     except tomllib.TOMLDecodeError as error:
@@ -86,31 +93,25 @@ def run_containerd(pod: str, command: list[str], env: dict[str, str], handler: s
     binary, error = containerd_runtime(handler)
     if binary is None:
         return Outcome("Pending", reason="FailedCreatePodSandBox", message=error)
-    images = subprocess.run(["ctr", "-n", "k8s.io", "images", "ls", "-q"], capture_output=True, text=True,
-                            timeout=30, check=False)
+    images = _run(["ctr", "-n", "k8s.io", "images", "ls", "-q"], 30)
     if IMAGE_NAME not in images.stdout.split():
-        subprocess.run(["ctr", "-n", "k8s.io", "images", "import", IMAGE_ARCHIVE], capture_output=True, timeout=60,
-                       check=False)
+        _run(["ctr", "-n", "k8s.io", "images", "import", IMAGE_ARCHIVE], 60)
     argv = ["ctr", "-n", "k8s.io", "run", "--rm", "--runc-binary", binary]
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
-    return _finish(subprocess.run([*argv, IMAGE_NAME, pod, *command], capture_output=True, text=True,
-                                  timeout=RUN_TIMEOUT, check=False))
+    return _finish(_run([*argv, IMAGE_NAME, pod, *command], RUN_TIMEOUT))
 
 
 def run_docker(pod: str, command: list[str], env: dict[str, str], handler: str) -> Outcome:
-    images = subprocess.run(["docker", "images", "-q", DOCKER_IMAGE], capture_output=True, text=True, timeout=30,
-                            check=False)
+    images = _run(["docker", "images", "-q", DOCKER_IMAGE], 30)
     if not images.stdout.strip():
-        subprocess.run(["docker", "import", ROOTFS_ARCHIVE, DOCKER_IMAGE], capture_output=True, timeout=60,
-                       check=False)
+        _run(["docker", "import", ROOTFS_ARCHIVE, DOCKER_IMAGE], 60)
     argv = ["docker", "run", "--rm", "--name", pod]
     if handler:
         argv += ["--runtime", handler]
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
-    result = subprocess.run([*argv, DOCKER_IMAGE, *command], capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                            check=False)
+    result = _run([*argv, DOCKER_IMAGE, *command], RUN_TIMEOUT)
     if result.returncode == 125:  # docker's own failure (unknown runtime...), not the container's
         return Outcome("Pending", reason="FailedCreatePodSandBox", message=result.stderr.strip())
     return _finish(result)
