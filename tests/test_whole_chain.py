@@ -220,3 +220,22 @@ def test_a_daemonset_without_gpu_node_selector_crash_loops_on_the_cpu_node(fleet
     finally:
         assert deploy(fleet, tmp_path)[0].returncode == 0
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tmp_path: Path) -> None:
+    client = api(fleet)
+    ds = client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE).to_dict()
+    containers = ds["spec"]["template"]["spec"]["containers"]
+    for container in containers:
+        container.pop("volumeMounts", None)
+    client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"containers": containers}}}},
+                 namespace=NAMESPACE, field_manager="kubectl-edit")
+    try:
+        wait_for(lambda: client.get(Node, "node01").status.allocatable.get("nvidia.com/gpu") == "0", 60)
+        wait_for(lambda: any(p["subject"] == "node01" and p["code"] == "plugin-crashloop"
+                             for p in doctor(fleet)[1]["problems"]), 60)
+        found = problem(doctor(fleet)[1], "node01")
+        assert "socket directory" in " ".join(found["evidence"]) and "hostPath" in found["fix"], found
+    finally:
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)

@@ -29,6 +29,7 @@ from gpunode.sim.kubelet import KubeletStandin
 from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, launch
 
 SOCKET_DIR = "/var/lib/kubelet/device-plugins"
+UNMOUNTED_SOCKET_DIR = "/var/lib/gpunode-sim/not-mounted/device-plugins"  # never created
 LOG_DIR = "/var/log/pods"
 BACKOFF_START, BACKOFF_MAX = 2.0, 60.0  # the kubelet's are 10 s and 300 s; shorter so tests see a crash loop
 # the simulated driver layer: the plugin's simulated backend reads the node's GPU state file
@@ -51,7 +52,11 @@ class Container:
     env: dict[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
+        argv = [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
+        mounted = any(m.get("mountPath") == SOCKET_DIR for m in self.spec.get("volumeMounts") or [])
+        if not mounted:  # the container's view without the hostPath: no kubelet socket directory at all
+            argv.append(f"--kubelet-socket={UNMOUNTED_SOCKET_DIR}/kubelet.sock")
+        return argv
 
     def start(self) -> None:
         os.makedirs(LOG_DIR, exist_ok=True)
