@@ -11,7 +11,7 @@ Pending, cannot start or has no GPU. Read-only: nothing is changed anywhere.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
@@ -29,20 +29,17 @@ from gpunode.verify.targets import load_inventory
 RUNTIME_CLASS = "nvidia"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
-    """The first broken link found for a node (or the cluster, or a pod)."""
+    """The first broken link found for a node (or the cluster, or a pod): whose, and the finding."""
 
     subject: str
-    link: str
-    what: str
-    evidence: list[str] = field(default_factory=list)
-    fix: str = ""
-    code: str = ""
+    finding: Finding
 
-    @classmethod
-    def of(cls, subject: str, finding: Finding) -> Problem:
-        return cls(subject, finding.step, finding.what, list(finding.evidence), finding.fix, finding.code)
+    def as_json(self) -> dict:
+        f = self.finding
+        return {"subject": self.subject, "link": f.step, "what": f.what, "evidence": list(f.evidence), "fix": f.fix,
+                "code": f.code}
 
 
 @dataclass
@@ -51,17 +48,18 @@ class DoctorReport:
     problems: list[Problem] = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"nodes": self.nodes, "problems": [asdict(p) for p in self.problems]}
+        return {"nodes": self.nodes, "problems": [p.as_json() for p in self.problems]}
 
 
 def first_broken(host: str, verification: Verification) -> Problem | None:
     if host in verification.errors:
-        return Problem(host, "connection", verification.errors[host], fix="check SSH access to the host")
+        return Problem(host, Finding("connection", Severity.FAIL, verification.errors[host],
+                                     fix="check SSH access to the host", code="unreachable"))
     for step in STEPS:
         result = verification.result(host, step)
         if result.outcome == "fail":
             finding = next((f for f in result.findings if f.severity is Severity.FAIL), None)
-            return Problem.of(host, finding) if finding else Problem(host, step, result.reason)
+            return Problem(host, finding or Finding(step, Severity.FAIL, result.reason))
     return None
 
 
@@ -71,12 +69,13 @@ def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name:
     pod = read_plugin_pod(settings, namespace, node_name)
     if not pod.exists:
         return None
-    return Problem(host, "device_plugin", f"a device-plugin pod runs on the CPU node {node_name}"
-                   + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else ""),
-                   [f"pod {namespace}/{pod.name}: {pod.phase}{', ' + pod.waiting if pod.waiting else ''}, "
-                    f"restarts={pod.restarts}", *[f"log: {line}" for line in pod.log_tail if line.strip()]],
-                   "the DaemonSet must select nvidia.com/gpu.present=true nodes only: re-run deploys/device_plugin.py "
-                   "(gpunode's manifest has that nodeSelector)", "plugin-on-cpu-node")
+    return Problem(host, Finding(
+        "device_plugin", Severity.FAIL, f"a device-plugin pod runs on the CPU node {node_name}"
+        + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else ""),
+        [f"pod {namespace}/{pod.name}: {pod.phase}{', ' + pod.waiting if pod.waiting else ''}, "
+         f"restarts={pod.restarts}", *[f"log: {line}" for line in pod.log_tail if line.strip()]],
+        "the DaemonSet must select nvidia.com/gpu.present=true nodes only: re-run deploys/device_plugin.py "
+        "(gpunode's manifest has that nodeSelector)", "plugin-on-cpu-node"))
 
 
 def runtime_class_problem(settings: ClusterSettings) -> Problem | None:
@@ -84,11 +83,12 @@ def runtime_class_problem(settings: ClusterSettings) -> Problem | None:
                      lambda client: get_or_none(client, RuntimeClass, RUNTIME_CLASS))
     if found is not None:
         return None
-    return Problem("cluster", "device_plugin", 'the RuntimeClass "nvidia" does not exist: pods with '
-                   "runtimeClassName: nvidia are rejected and pods without it get no GPU (nvidia is not the default "
-                   "runtime)", ["kubectl get runtimeclass nvidia: NotFound"],
-                   "re-run deploys/device_plugin.py (it applies the RuntimeClass), or set nvidia_runtime_default = "
-                   "True and re-run deploys/runtime.py", "runtimeclass-missing")
+    return Problem("cluster", Finding(
+        "device_plugin", Severity.FAIL, 'the RuntimeClass "nvidia" does not exist: pods with runtimeClassName: '
+        "nvidia are rejected and pods without it get no GPU (nvidia is not the default runtime)",
+        ["kubectl get runtimeclass nvidia: NotFound"],
+        "re-run deploys/device_plugin.py (it applies the RuntimeClass), or set nvidia_runtime_default = True and "
+        "re-run deploys/runtime.py", "runtimeclass-missing"))
 
 
 def pod_problem(reference: str, settings: ClusterSettings, verification: Verification) -> Problem | None:
@@ -120,7 +120,7 @@ def pod_problem(reference: str, settings: ClusterSettings, verification: Verific
                                 int((n.status.allocatable or {}).get(pods.GPU, "0")),
                                 nvidia_default_of(n.metadata.name, verification)) for n in nodes]
     findings = pods.diagnose(view, node_views, everyone)
-    return Problem.of(f"pod {reference}", findings[0]) if findings else None
+    return Problem(f"pod {reference}", findings[0]) if findings else None
 
 
 def nvidia_default_of(node: str, verification: Verification) -> bool | None:
@@ -154,7 +154,7 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
                                       or host)
         if problem:
             report.problems.append(problem)
-            report.nodes[host] = f"BROKEN at {problem.link}"
+            report.nodes[host] = f"BROKEN at {problem.finding.step}"
         else:
             gpu = verification.result(host, "driver").outcome == "pass"
             report.nodes[host] = "ok: every link from the driver to allocatable GPUs holds" if gpu else \
@@ -182,10 +182,7 @@ def render(report: DoctorReport) -> str:
     lines = [f"{subject:<12} {summary}" for subject, summary in report.nodes.items()]
     for problem in report.problems:
         lines.append("")
-        lines.append(f"{problem.subject}: {problem.link}: {problem.what}")
-        lines += [f"  evidence: {line}" for line in problem.evidence]
-        if problem.fix:
-            lines.append(f"  fix: {problem.fix}")
+        lines.append(f"{problem.subject}: {problem.finding.step}: {problem.finding}")
     lines.append("")
     lines.append("nothing is broken" if not report.problems else
                  f"{len(report.problems)} broken link(s): fix the first one of each node first")
