@@ -239,3 +239,20 @@ def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tm
     finally:
         assert deploy(fleet, tmp_path)[0].returncode == 0
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_an_nvswitch_node_without_fabric_manager(tmp_path: Path, sim_env: dict[str, str]) -> None:
+    """On a fleet of its own (one HGX H100 node): the fabric manager down is the driver step's failure."""
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "21"}
+    gpunode("sim", "up", "-n", "1", "--profile", "node01=h100x8-nvswitch", env=env)
+    try:
+        healthy = gpunode("doctor", INVENTORY, "--json", "--data", "cluster_steps=False", env=env, check=False)
+        assert healthy.returncode == 1  # toolkit not installed yet: the first broken link after a healthy driver
+        assert json.loads(healthy.stdout)["problems"][0]["link"] == "toolkit_repo"
+        gpunode("sim", "fault", "node01", "fabricmanager-down", env=env)
+        broken = gpunode("doctor", INVENTORY, "--json", "--data", "cluster_steps=False", env=env, check=False)
+        found = json.loads(broken.stdout)["problems"][0]
+        assert (found["subject"], found["link"]) == ("node01", "driver")
+        assert "without a running nvidia-fabricmanager" in found["what"] and "nvidia-fabricmanager" in found["fix"]
+    finally:
+        gpunode("sim", "down", env=env, check=False)
