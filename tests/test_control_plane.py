@@ -119,7 +119,8 @@ def test_anything_not_implemented_answers_501_with_the_path(plane: tuple[Control
     url = plane[1]
     headers = {"Authorization": "Bearer admin-token"}
     for method, path in (("GET", "/apis/batch/v1/jobs"), ("POST", "/api/v1/nodes"),
-                         ("GET", "/api/v1/nodes?watch=true"), ("GET", "/api/v1/namespaces/x/pods/p/log")):
+                         ("GET", "/api/v1/nodes?watch=true"), ("GET", "/api/v1/nodes/node01/status"),
+                         ("POST", "/api/v1/namespaces/x/pods/p/exec")):
         answer = httpx2.request(method, url + path, headers=headers)
         assert answer.status_code == 501, (method, path)
         assert path.split("?")[0] in answer.json()["message"]
