@@ -190,6 +190,29 @@ def fault(node: str, faults: tuple[str, ...], clear: bool) -> None:
 
 @sim.command()
 @click.argument("node")
+@click.option("--version", "version", required=True, help="Driver version to install, e.g. 560.35.03.")
+@click.option("--no-reboot", is_flag=True, help="Install only: the old kernel module stays loaded (a mismatch).")
+@click.option("--fabricmanager-version", help="Leave the fabric manager at this version (default: the driver's).")
+def driver(node: str, version: str, no_reboot: bool, fabricmanager_version: str | None) -> None:
+    """Install another NVIDIA driver on NODE, then reboot it (or not, with --no-reboot).
+
+    Without a reboot the node runs the old kernel module under the new user space and
+    nvidia-smi answers "Driver/library version mismatch", as a real node does until it
+    reboots ('gpunode sim reboot NODE' then loads the new module).
+
+    \b
+    Examples:
+      gpunode sim driver node01 --version 560.35.03 --no-reboot
+      gpunode sim reboot node01
+    """
+    report = fleet.restart_node(SimPaths.from_env(), node, say, driver=version, reboot=not no_reboot,
+                                fabricmanager=fabricmanager_version)
+    if report.failed:
+        raise GpunodeError(f"{node} did not come back: {report.failed[0].error}", report.failed[0].console)
+
+
+@sim.command()
+@click.argument("node")
 def reboot(node: str) -> None:
     """Reboot NODE: its processes stop and start again, its disk stays (as a real reboot).
 

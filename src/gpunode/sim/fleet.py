@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -26,7 +27,7 @@ import yaml
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.gpus import FAULTS
+from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS
 from gpunode.sim.node import APISERVER_PORT, REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import NodeSpec, load_profile
@@ -222,8 +223,8 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
             stop_processes(state.processes(spec.name))
         state.data["nodes"][spec.name] = {"address": spec.address, "profile": spec.profile_name,
                                           "runtime": spec.runtime, "gpu_count": gpu_count, "pids": {},
-                                          **({"faults": spec.profile.get("faults") or []}
-                                             if entry and "faults" in entry else {})}
+                                          **{key: entry[key] for key in ("faults", "driver")
+                                             if entry and key in entry}}
         state.save()
         def record(proc: NodeProcess, name: str = spec.name) -> None:
             state.data["nodes"][name]["pids"][proc.role] = proc.pid
@@ -291,10 +292,15 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     return leftovers(paths)
 
 
-def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None = None) -> FleetReport:
+def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None = None,
+                 driver: str | None = None, reboot: bool = True, fabricmanager: str | None = None) -> FleetReport:
     """Reboot a node (its processes stop, its disk stays), with new injected ``faults`` when given.
 
-    The faults are kept in the fleet's record, so later reboots keep them until cleared (``faults=[]``).
+    ``driver`` installs another driver user space; with ``reboot`` the kernel module
+    of that version is loaded, without it the old module stays loaded (the node
+    then reports "Driver/library version mismatch" until it reboots).
+    ``fabricmanager`` pins the fabric manager's version (default: the driver's).
+    Faults and driver changes are kept in the fleet's record for later reboots.
     """
     state = FleetState(paths)
     entry = state.data["nodes"].get(name)
@@ -310,6 +316,26 @@ def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None 
         state.save()
     if "faults" in entry:
         profile = {**profile, "faults": entry["faults"]}
+    base = dict(profile.get("driver") or {})
+    current = {"version": str(base.get("version", DEFAULT_DRIVER)),
+               "module_version": str(base.get("module_version", base.get("version", DEFAULT_DRIVER))),
+               **entry.get("driver", {})}
+    if driver is not None:
+        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", driver):
+            raise GpunodeError(f"driver version {driver!r} is not a version", "write it like 560.35.03")
+        current["version"] = driver
+    if reboot:
+        current["module_version"] = current["version"]
+    if fabricmanager is not None:
+        current["fabricmanager_version"] = fabricmanager
+    if driver is not None or reboot or fabricmanager is not None:
+        entry["driver"] = current
+        state.save()
+    profile = {**profile, "driver": {**base, "version": current["version"],
+                                      "module_version": current["module_version"]}}
+    if profile.get("nvswitch"):
+        profile["nvswitch"] = {**profile["nvswitch"], "fabricmanager_version": current.get(
+            "fabricmanager_version", current["version"])}
     stop_processes(state.processes(name))
     subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
                    check=False)

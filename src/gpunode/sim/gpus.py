@@ -42,6 +42,7 @@ MODELS: dict[str, GpuModel] = {
     )
 }
 
+DEFAULT_DRIVER = "550.54.15"
 FAULTS = {
     "driver-not-loaded": "the nvidia kernel module is not loaded: no /dev/nvidia*, nvidia-smi exits 9",
     "library-mismatch": "user-space driver newer than the loaded module (upgrade without reboot)",
@@ -65,7 +66,7 @@ def driver_state(node: str, profile: dict) -> dict:
     faults = list(profile.get("faults") or [])
     count = int(gpu.get("count", 0))
     model = MODELS[gpu["model"]] if count else None
-    version = str(driver.get("version", "550.54.15"))
+    version = str(driver.get("version", DEFAULT_DRIVER))
     module_version = str(driver.get("module_version", version))
     if "library-mismatch" in faults and module_version == version:
         module_version = str(driver.get("previous_version", "535.183.01"))
