@@ -29,6 +29,7 @@ import string
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -53,7 +54,8 @@ from gpunode.sim.apistore import (
     not_found,
     now,
 )
-from gpunode.sim.fleet import node_pid1
+from gpunode.sim.fleet import node_pid1, restart_node
+from gpunode.sim.node import REBOOT_REQUEST
 from gpunode.sim.paths import SimPaths
 
 SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-gpunode-sim", "platform": "linux/amd64"}
@@ -175,6 +177,8 @@ class AgentLink:
 class ControlPlane:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
+        environment = SimPaths.from_env()  # the fleet's env: cache folder and address block
+        self.paths = SimPaths(state_dir, environment.cache, environment.net_block)
         self.store = Store()
         tokens_file = state_dir / "run" / "apiserver-tokens.json"
         self.tokens: dict[str, dict] = json.loads(tokens_file.read_text()) if tokens_file.exists() else {}
@@ -460,7 +464,7 @@ class ControlPlane:
 
     def pid1(self, node: str) -> int | None:
         try:
-            return node_pid1(SimPaths(self.state_dir, self.state_dir), node)
+            return node_pid1(self.paths, node)
         except GpunodeError:  # a node that is not running has no agent
             return None
 
@@ -646,10 +650,28 @@ class ControlPlane:
                 ds.obj["status"] = status
                 self.store.bump(ds)
 
+    def reboots(self) -> None:
+        """Carry out reboots the nodes asked for (their ``reboot`` stand-in), one thread each."""
+        paths = self.paths
+        for name in list(json.loads((self.state_dir / "fleet.json").read_text()).get("nodes", {})):
+            if (paths.node(name) / "data" / "gpunode-sim" / REBOOT_REQUEST).exists():
+                (paths.node(name) / "data" / "gpunode-sim" / REBOOT_REQUEST).unlink(missing_ok=True)
+                threading.Thread(target=self.reboot, args=(paths, name), daemon=True).start()
+
+    def reboot(self, paths: SimPaths, name: str) -> None:
+        time.sleep(1)  # the reboot command returns and the SSH session closes first, as on a real machine
+        with self.store.lock:
+            self.drop_agent(name)
+        try:
+            restart_node(paths, name, lambda line: print(line, file=sys.stderr, flush=True))
+        except Exception as error:  # noqa: BLE001 - a failed reboot is logged; the node stays down
+            print(f"reboot of {name} failed: {error!r}", file=sys.stderr, flush=True)
+
     def run_controllers(self) -> None:
         while not self.stopping.is_set():
             try:
                 self.sync_nodes()
+                self.reboots()
                 self.reconcile()
             except Exception as error:  # noqa: BLE001 - the control plane keeps serving; the error goes to its log
                 print(f"controller error: {error!r}", file=sys.stderr, flush=True)

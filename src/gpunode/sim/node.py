@@ -28,7 +28,8 @@ from gpunode.sim.profiles import NodeSpec
 from gpunode.sim.ssh import ensure_key
 
 NVIDIA_MAJOR, UVM_MAJOR = 195, 237
-DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet")
+DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib/gpunode-sim")
+REBOOT_REQUEST = "reboot-requested"  # written by the node's reboot stand-in into data/gpunode-sim/
 APISERVER_PORT = 6443
 REPO_PORT = 8080
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
@@ -152,6 +153,7 @@ class SimNode:
             "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.runtime)],
             "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
             "code_binds": code_roots(),
+            "boot_id": str(uuid.uuid4()),
             "proc_driver": proc,
             "sys_module": sysmod,
             "devices": devices,

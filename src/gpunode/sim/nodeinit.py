@@ -69,6 +69,10 @@ def boot(plan: dict) -> None:
     sh("mount", "-t", "overlay", "overlay", "-o",
        f"lowerdir={lowerdir},upperdir={plan['upper']},workdir={plan['work']}", str(merged))
     sh("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", str(merged / "proc"))
+    if plan.get("boot_id"):  # a boot of its own: a reboot of the node changes it, as on a real machine
+        boot_id = Path(plan["upper"]).parent / "boot_id"
+        boot_id.write_text(plan["boot_id"] + "\n")
+        sh("mount", "--bind", str(boot_id), str(merged / "proc/sys/kernel/random/boot_id"))
     sh("mount", "-t", "sysfs", "-o", "nosuid,nodev,noexec", "sysfs", str(merged / "sys"))
     sh("mount", "--rbind", "/sys/fs/cgroup", str(merged / "sys/fs/cgroup"))
     setup_dev(merged / "dev", plan["devices"])

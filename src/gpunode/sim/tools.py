@@ -36,6 +36,7 @@ FILES: dict[str, tuple[str, int]] = {
     "usr/lib/gpunode-sim/nv-fabricmanager": ("nv_fabricmanager.py", 0o755),
     "usr/local/sbin/lsmod": ("lsmod.py", 0o755),
     "usr/local/sbin/modprobe": ("modprobe.sh", 0o755),
+    "usr/local/sbin/reboot": ("reboot.sh", 0o755),
 }
 
 
