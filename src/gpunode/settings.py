@@ -40,6 +40,8 @@ class NodeSettings:
     cdi_enabled: bool = False
     containerd_systemd_cgroup: bool = True
     runtime_restart_timeout: int = 60
+    reboot_on_mismatch: bool = False
+    reboot_timeout: int = 300
 
     @classmethod
     def from_data(cls, data: Mapping[str, Any] | Any) -> NodeSettings:
@@ -72,6 +74,8 @@ class NodeSettings:
                 raise GpunodeError(f"{key} {getattr(self, key)!r} is not a URL", "use http://, https:// or file://")
         if self.runtime_restart_timeout < 5:
             raise GpunodeError("runtime_restart_timeout must be at least 5 seconds")
+        if self.reboot_timeout < 30:
+            raise GpunodeError("reboot_timeout must be at least 30 seconds")
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

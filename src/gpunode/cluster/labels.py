@@ -98,3 +98,9 @@ def gpu_labels(gpus: list[dict], settings: LabelSettings | None = None) -> NodeL
     labels[f"{GFD}cuda.driver.rev"] = parts[2] if len(parts) > 2 else ""
     labels[f"{GFD}mig.capable"] = "true" if first.get("mig_mode") else "false"
     return result
+
+
+def driver_version_of(labels: dict[str, str]) -> str | None:
+    """The driver version a node's ``cuda.driver.major|minor|rev`` labels say; None without them."""
+    parts = [labels.get(f"{GFD}cuda.driver.{part}") for part in ("major", "minor", "rev")]
+    return ".".join(p for p in parts if p) if parts[0] else None

@@ -43,8 +43,13 @@ def gpu_family(name: str, compute_cap: str | None) -> str | None:
     return None
 
 
-def fail(what: str, evidence: list[str], fix: str) -> Finding:
-    return Finding(STEP, Severity.FAIL, what, evidence, fix)
+REBOOT_REQUIRED = "reboot-required"
+REBOOT_FIX = ("reboot the node (drain it first) so the new kernel module loads; with reboot_on_mismatch = True "
+              "gpunode cordons, drains, reboots, re-checks and uncordons it")
+
+
+def fail(what: str, evidence: list[str], fix: str, code: str = "") -> Finding:
+    return Finding(STEP, Severity.FAIL, what, evidence, fix, code)
 
 
 def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
@@ -74,7 +79,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
         return [fail("driver upgraded without reboot: the loaded kernel module and the user-space driver differ",
                      [f"nvidia-smi (exit {rc}): {first}",
                       f"/sys/module/nvidia/version: {state['module_version'] or 'absent'}"],
-                     "reboot the node (drain it first) so the new kernel module loads")]
+                     REBOOT_FIX, REBOOT_REQUIRED)]
     if rc == 15 or "GPU is lost" in " ".join(output):
         return [fail("a GPU has fallen off the bus (Xid 79): the driver lost it",
                      [f"nvidia-smi (exit {rc}): {first}"],
@@ -116,7 +121,7 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
     if module and module != driver:
         findings.append(fail("driver upgraded without reboot: the loaded kernel module and the user-space driver "
                              "differ", [f"/sys/module/nvidia/version: {module}", f"nvidia-smi driver: {driver}"],
-                             "reboot the node (drain it first) so the new kernel module loads"))
+                             REBOOT_FIX, REBOOT_REQUIRED))
     expected = ["/dev/nvidiactl"] + [f"/dev/nvidia{gpu['index']}" for gpu in gpus]
     missing = [d for d in expected if d not in state["devices"]]
     if missing:

@@ -21,8 +21,8 @@ def failing_command(message: str) -> str:
     return f"printf '%s\\n' {shlex.quote('gpunode: ' + message)} >&2; exit 1"
 
 
-def api_command(function: Callable[..., None], *args: object) -> FunctionCommand:
-    """A command running ``function(host, *args)`` on the control machine (Kubernetes API calls).
+def control_command(function: Callable[..., None], *args: object) -> FunctionCommand:
+    """A command running ``function(host, *args)`` on the control machine (Kubernetes API calls, waits).
 
     A GpunodeError fails the host with its lines (problem, fix) and no traceback,
     as a failing shell command would.

@@ -15,21 +15,27 @@ import time
 from weakref import WeakKeyDictionary
 
 from lightkube import codecs
+from lightkube.resources.core_v1 import Pod
 from pyinfra import host, state
 from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
+from gpunode.cluster.labels import driver_version_of
 from gpunode.diagnosis.device_plugin import allocatable_gpus, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import read_plugin_pod, read_rollout
 from gpunode.facts.labels import read_node
-from gpunode.operations import api_command, failing_command
-from gpunode.operations.labels import relabelled
+from gpunode.operations import control_command, failing_command
+from gpunode.operations.driver import reboot_planned
+from gpunode.operations.labels import labelled_driver, relabelled
+from gpunode.operations.reboot import fresh_driver_state
 
 HASH_ANNOTATION = "gpunode.io/applied-hash"
 POLL_SECONDS = 1.0
 # Runs whose objects are being (re)applied: every host's allocatable check then waits for the new pods.
 _rolling: WeakKeyDictionary[State, bool] = WeakKeyDictionary()
+# Hosts whose plugin pod this run restarts (a new driver): their allocatable check waits for the new pod.
+_replugged: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 
 
 def stamped(document: dict) -> dict:
@@ -83,7 +89,7 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
         host.noop(f"{len(wanted)} device-plugin object(s) up to date")
         return
     _rolling[state] = True
-    yield api_command(apply_documents, settings, stale)
+    yield control_command(apply_documents, settings, stale)
 
 
 def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
@@ -120,10 +126,14 @@ def rolled_out(namespace: str, settings: ClusterSettings):
     if rollout.complete and not _rolling.get(state):
         host.noop(f"device plugin rolled out ({rollout.progress()})")
         return
-    yield api_command(wait_rollout, settings, namespace)
+    yield control_command(wait_rollout, settings, namespace)
 
 
-def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expected: int, namespace: str) -> None:
+def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expected: int | None,
+                     namespace: str) -> None:
+    if expected is None:  # rebooted in this run: the GPUs the driver sees now
+        state = fresh_driver_state(target)
+        expected = len(state["nvidia_smi"]["gpus"]) if state else 0
     deadline = time.monotonic() + settings.allocatable_timeout
     while True:
         current = read_node(settings, node)
@@ -141,23 +151,77 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
         time.sleep(POLL_SECONDS)
 
 
+def restart_plugin_pod(target: Host, settings: ClusterSettings, node: str, namespace: str, previous: str | None,
+                       current: str | None) -> None:
+    if current is None:
+        state = fresh_driver_state(target)
+        current = state["nvidia_smi"]["gpus"][0]["driver_version"] if state else None
+    if previous is None or current is None or previous == current:
+        return
+    pod = read_plugin_pod(settings, namespace, node)
+    if not pod.exists:
+        return
+    api_call(settings, f"restart {namespace}/{pod.name}",
+             lambda client: client.delete(Pod, pod.name, namespace=namespace))
+    target.log(f"driver {previous} -> {current}: restarted the device plugin ({pod.name}); its DaemonSet makes a "
+               "new one")
+
+
 @operation()
-def allocatable_matches(node_name: str, expected: int, namespace: str, settings: ClusterSettings):
+def restarted_after_driver_change(node_name: str, namespace: str, settings: ClusterSettings,
+                                  driver_version: str | None):
+    """
+    Restart the node's device-plugin pod when its driver changed since gpunode last labelled the node
+    (the plugin keeps the old driver's libraries loaded until it restarts). The labels step of the same
+    run tells what the labels said before it updated them.
+
+    + node_name: the Node's name
+    + namespace: the plugin's namespace
+    + settings: which cluster
+    + driver_version: the driver the node runs now (None: no working driver when the run began)
+    """
+    if reboot_planned(host):
+        driver_version = None  # the driver of after the reboot, read then
+    elif driver_version is None:
+        host.noop(f"node {node_name}: no driver to compare")
+        return
+    previous = labelled_driver(host)
+    if previous is None:  # the labels step did not run before this one: the node's labels are still the old ones
+        try:
+            previous = driver_version_of(read_node(settings, node_name).labels)
+        except GpunodeError as error:
+            yield failing_command(str(error))
+            return
+    if driver_version is not None and (previous is None or previous == driver_version):
+        host.noop(f"node {node_name}: driver {driver_version} unchanged")
+        return
+    _replugged[host] = True
+    yield control_command(restart_plugin_pod, settings, node_name, namespace, previous, driver_version)
+
+
+@operation()
+def allocatable_matches(node_name: str, expected: int | None, namespace: str, settings: ClusterSettings):
     """
     Check that the node offers as many allocatable ``nvidia.com/gpu`` as its driver sees (polls up to
     ``allocatable_timeout`` when the plugin is being rolled out or the numbers differ).
 
     + node_name: the Node's name
-    + expected: GPUs the driver check found
+    + expected: GPUs the driver check found (None: no working driver when the run began)
     + namespace: the plugin's namespace (for the diagnosis)
     + settings: which cluster
     """
+    if reboot_planned(host):
+        expected = None  # the GPUs of after the reboot, counted then
+    elif expected is None:
+        host.noop(f"node {node_name}: no GPUs to check")
+        return
     try:
         current = read_node(settings, node_name)
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    if allocatable_gpus(current) == expected and not (relabelled(host) or _rolling.get(state)):
+    if allocatable_gpus(current) == expected and not (relabelled(host) or _rolling.get(state)
+                                                      or _replugged.get(host)):
         host.noop(f"node {node_name}: {expected} allocatable nvidia.com/gpu")
         return
-    yield api_command(wait_allocatable, settings, node_name, expected, namespace)
+    yield control_command(wait_allocatable, settings, node_name, expected, namespace)

@@ -13,13 +13,19 @@ from pyinfra import host
 from pyinfra.api import Host, operation
 
 from gpunode.diagnosis import Severity, failures
-from gpunode.diagnosis.driver import diagnose
+from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.facts.driver import DriverState
 from gpunode.operations import failing_command
 from gpunode.settings import NodeSettings
 
 _gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
+_reboots: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
 NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
+
+
+def reboot_planned(target: Host) -> str | None:
+    """Why this run reboots the host (a driver upgraded without reboot, ``reboot_on_mismatch``), or None."""
+    return _reboots.get(target)
 
 
 def gpu_present(target: Host) -> bool:
@@ -43,6 +49,11 @@ def checked(settings: NodeSettings):
     state = host.get_fact(DriverState)
     findings = diagnose(state, settings)
     broken = failures(findings)
+    if broken and settings.reboot_on_mismatch and all(f.code == REBOOT_REQUIRED for f in broken):
+        _gpu_hosts[host] = True
+        _reboots[host] = broken[0].what
+        host.noop(f"{broken[0].what}: rebooting it (reboot_on_mismatch)")
+        return
     if broken:
         _gpu_hosts[host] = False
         yield failing_command("\n".join(str(finding) for finding in broken))

@@ -16,13 +16,22 @@ from pyinfra import host, logger
 from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
+from gpunode.cluster.labels import LabelSettings, driver_version_of, gpu_labels
 from gpunode.diagnosis import Severity
 from gpunode.diagnosis.labels import diagnose, plan, up_to_date
 from gpunode.errors import GpunodeError
 from gpunode.facts.labels import read_node
-from gpunode.operations import api_command, failing_command
+from gpunode.operations import control_command, failing_command
+from gpunode.operations.driver import reboot_planned
+from gpunode.operations.reboot import fresh_driver_state
 
 _relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
+_labelled_driver: WeakKeyDictionary[Host, str | None] = WeakKeyDictionary()
+
+
+def labelled_driver(target: Host) -> str | None:
+    """The driver version the node's labels said before this run changed them (None: unknown or none)."""
+    return _labelled_driver.get(target)
 
 
 def relabelled(target: Host) -> bool:
@@ -36,20 +45,42 @@ def apply_labels(target: Host, settings: ClusterSettings, node: str, labels: dic
     api_call(settings, f"label node {node}", lambda client: client.apply(body, field_manager=FIELD_MANAGER))
 
 
+def apply_fresh_labels(target: Host, settings: ClusterSettings, node: str, label_settings: LabelSettings) -> None:
+    """After a reboot in this run: the labels from the driver facts read then, applied if they differ."""
+    state = fresh_driver_state(target)
+    if state is None:
+        raise GpunodeError(f"no driver facts after the reboot of {node}", "re-run the deploy")
+    computed = gpu_labels(state["nvidia_smi"]["gpus"], label_settings)
+    current = read_node(settings, node)
+    _labelled_driver[target] = driver_version_of(current.labels)
+    wanted, _ = plan(current, computed.labels)
+    if not up_to_date(current, wanted):
+        apply_labels(target, settings, node, wanted)
+        target.log(f"node {node} relabelled for driver {state['nvidia_smi']['gpus'][0]['driver_version']}")
+
+
 @operation()
-def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings):
+def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
+            label_settings: LabelSettings | None = None):
     """
     Make ``labels`` gpunode's labels on the Kubernetes node ``node_name``.
 
     + node_name: the Node's name in the cluster
-    + labels: the full set gpunode wants there ({} removes every label gpunode set)
+    + labels: the full set gpunode wants there ({} removes every label gpunode set); on a host this run
+      reboots, the labels are computed from the driver facts read after the reboot instead
     + settings: which cluster (kubeconfig, context)
+    + label_settings: the model label's key and prefix (for the labels after a reboot)
     """
+    if reboot_planned(host):
+        _relabelled[host] = True
+        yield control_command(apply_fresh_labels, settings, node_name, label_settings or LabelSettings())
+        return
     try:
         state = read_node(settings, node_name)
     except GpunodeError as error:
         yield failing_command(str(error))
         return
+    _labelled_driver[host] = driver_version_of(state.labels)
     findings = diagnose(state, labels)
     missing = [f for f in findings if f.code == "node-missing"]
     if missing:
@@ -63,4 +94,4 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings):
         host.noop(f"node {node_name}: {len(wanted)} gpunode label(s) up to date")
         return
     _relabelled[host] = True
-    yield api_command(apply_labels, settings, node_name, wanted)
+    yield control_command(apply_labels, settings, node_name, wanted)

@@ -229,10 +229,13 @@ class ControlPlane:
             return 200, SERVER_VERSION
         user = self.authenticate(headers.get("authorization"))
         kind, namespace, name, sub = self.route(split.path)
-        if (sub and (sub, kind.kind, method) != ("log", "Pod", "GET")) or query.get("watch") in ("true", "1") \
+        served = {("log", "Pod", "GET"), ("eviction", "Pod", "POST")}
+        if (sub and (sub, kind.kind, method) not in served) or query.get("watch") in ("true", "1") \
                 or "dryRun" in query:
             raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
         verb = "create" if (method, bool(name), kind.kind) == ("POST", False, "Pod") else verb_of(method, bool(name))
+        if sub == "eviction":
+            verb = "create"
         if verb not in ("get", "list", "patch", "delete", "create"):
             raise ApiFailure(501, "NotImplemented", f"the simulated control plane does not implement {method} {uri}")
         if user.get("role") != "admin" and verb not in READ_VERBS:
@@ -241,6 +244,11 @@ class ControlPlane:
             if sub == "log":
                 self.store.require(kind, namespace, name)
                 return 200, self.logs.get((namespace, name), "")
+            if sub == "eviction":  # no PodDisruptionBudgets here: an eviction always goes through
+                self.store.delete(kind, namespace, name)
+                self.record(user["user"], method, uri, 201, changed=True)
+                self.reconcile()
+                return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
             if verb == "create":
                 stored = self.create_pod_request(namespace, body)
                 self.record(user["user"], method, uri, 201, changed=True)
@@ -337,6 +345,8 @@ class ControlPlane:
     def unfit(node: Stored, spec: dict, wanted: dict[str, int], pods: list[Stored]) -> str | None:
         """Why ``node`` cannot take the pod, in the scheduler's words; None when it can."""
         labels = node.obj["metadata"].get("labels", {})
+        if node.obj.get("spec", {}).get("unschedulable"):
+            return "node(s) were unschedulable"
         if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
             return "node(s) didn't match Pod's node affinity/selector"
         for taint in node.obj.get("spec", {}).get("taints") or []:

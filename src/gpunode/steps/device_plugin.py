@@ -10,7 +10,8 @@ from gpunode.cluster.manifests import ManifestSettings, documents, render
 from gpunode.facts.driver import DriverState
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import gpu_present
-from gpunode.steps.labels import desired_labels, node_name
+from gpunode.settings import NodeSettings
+from gpunode.steps.driver import node_name
 
 
 @deploy("Device plugin")
@@ -24,8 +25,15 @@ def device_plugin_rollout() -> None:
                                     settings=settings, _run_once=True)
     device_plugin.rolled_out(name="Wait for the device-plugin rollout", namespace=manifests.namespace,
                              settings=settings, _run_once=True)
-    if not gpu_present(host) or not desired_labels():
+    if not gpu_present(host):
         return
-    gpus = len(host.get_fact(DriverState)["nvidia_smi"]["gpus"])
-    device_plugin.allocatable_matches(name="Check the node's allocatable GPUs", node_name=node_name(settings),
-                                      expected=gpus, namespace=manifests.namespace, settings=settings)
+    gpus = (host.get_fact(DriverState).get("nvidia_smi") or {}).get("gpus") or []
+    if not gpus and not NodeSettings.from_data(host.data).reboot_on_mismatch:
+        return
+    name = node_name(settings)
+    device_plugin.restarted_after_driver_change(
+        name="Restart the device plugin on a changed driver", node_name=name, namespace=manifests.namespace,
+        settings=settings, driver_version=gpus[0]["driver_version"] if gpus else None)
+    device_plugin.allocatable_matches(name="Check the node's allocatable GPUs", node_name=name,
+                                      expected=len(gpus) if gpus else None, namespace=manifests.namespace,
+                                      settings=settings)

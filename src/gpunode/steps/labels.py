@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
-from pyinfra.facts.server import Hostname
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings, gpu_labels
 from gpunode.facts.driver import DriverState
 from gpunode.operations import labels
 from gpunode.operations.driver import gpu_present
-
-
-def node_name(settings: ClusterSettings) -> str:
-    """The Kubernetes node name of this host: ``k8s_node_name`` in its data, else its hostname."""
-    return settings.k8s_node_name or host.get_fact(Hostname)
+from gpunode.steps.driver import node_name
 
 
 def desired_labels() -> dict[str, str]:
-    """This host's GPU labels from its driver facts; {} for a host without a working GPU."""
+    """This host's GPU labels from its driver facts; {} for a host without a working GPU.
+
+    (A host this run reboots gets its labels from the facts read after the reboot: the operation sees to it.)
+    """
     if not gpu_present(host):
         return {}
     state = host.get_fact(DriverState)
@@ -36,4 +34,4 @@ def node_labels() -> None:
         host.noop("cluster steps are off for this host (cluster_steps = False)")
         return
     labels.applied(name="Label the Kubernetes node by its GPUs", node_name=node_name(settings),
-                   labels=desired_labels(), settings=settings)
+                   labels=desired_labels(), settings=settings, label_settings=LabelSettings.from_data(host.data))
