@@ -40,3 +40,11 @@ kube_context = ""                   # "" means the kubeconfig's current-context
 kube_timeout = 10                   # seconds per API request
 rollout_timeout = 300               # seconds to wait for the device-plugin DaemonSet rollout
 allocatable_timeout = 150           # seconds to wait for a node's allocatable nvidia.com/gpu to match its GPUs
+
+# Driver upgrades
+reboot_on_mismatch = False          # True: a node whose driver was upgraded without reboot is cordoned, drained
+                                    # of GPU pods (Eviction API, PodDisruptionBudgets respected), rebooted,
+                                    # re-checked and uncordoned; False: it fails with "reboot required"
+reboot_timeout = 300                # seconds for the drain and for the node to come back
+max_unavailable = 0                 # gpunode deploy only: hosts in batches of this size, stopping at the first
+                                    # batch with a failure (0: all hosts at once)

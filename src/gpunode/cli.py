@@ -95,7 +95,8 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
     code, report = run_deploy(inventory, list(steps), list(limit), dry, report_path, list(data))
     verb = "would change" if dry else "changed"
     for host, result in report.items():
-        state = "FAILED" if result["failed"] else (verb if result["changed"] else "no change")
+        state = "FAILED" if result["failed"] else (verb if result["changed"] else (
+            f"not started ({result['skipped']})" if result.get("skipped") else "no change"))
         click.echo(f"{host:<20} {state}")
         for name in result["changed"]:
             click.echo(f"    {verb}: {name}")

@@ -70,19 +70,30 @@ def summarise(payload: dict, hosts: list[str], dry: bool) -> dict:
     return report
 
 
-def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, report_path: str | None,
-               data: list[str] | None = None, pyinfra: str | None = None) -> tuple[int, dict]:
-    """Run the deploy; exit code 0 ok, 1 a host failed, 2 drift in a dry run."""
-    targets = load_inventory(inventory, limit or None, parse_data(data or []))
-    hosts = [t.name for t in targets]
-    pyinfra_bin = pyinfra or str(Path(sys.executable).with_name("pyinfra"))
+def rolling_batches(hosts: list[str], data: dict) -> list[list[str]]:
+    """Hosts in batches of ``max_unavailable`` (inventory data; 0 or unset: all at once)."""
+    raw = data.get("max_unavailable", 0)
+    try:
+        size = int(raw or 0)
+    except (TypeError, ValueError):
+        raise GpunodeError(f"max_unavailable {raw!r} is not a number of nodes", "set it to 1 or more, or 0 for "
+                           "no rolling") from None
+    if size < 0:
+        raise GpunodeError("max_unavailable must be 0 (no rolling) or more")
+    if not size:
+        return [hosts]
+    return [hosts[i:i + size] for i in range(0, len(hosts), size)]
+
+
+def run_pyinfra(pyinfra_bin: str, inventory: str, steps: list[str], limit: list[str], dry: bool,
+                data: list[str]) -> tuple[int, dict]:
     with tempfile.TemporaryDirectory(prefix="gpunode-deploy-") as tmp:
         deploy = Path(tmp) / "gpunode_deploy.py"
         deploy.write_text(deploy_file(steps))
         argv = [pyinfra_bin, "--json", "--dry" if dry else "-y"]
         for pattern in limit:
             argv += ["--limit", pattern]
-        for pair in data or []:
+        for pair in data:
             argv += ["--data", pair]
         argv += [inventory, str(deploy)]
         result = subprocess.run(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False)
@@ -90,16 +101,43 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
         payload = json.loads(result.stdout) if result.stdout.strip() else {}
     except json.JSONDecodeError:
         payload = {}
-    if payload:
-        report = summarise(payload, hosts, dry)
-    else:  # pyinfra stops without a result when every host failed ("No hosts remaining!") or prepare failed
-        why = f"pyinfra exited {result.returncode} without a result: every host failed or the deploy did not load"
-        report = {host: {"changed": [], "failed": [why + " (see its messages above)"], "unchanged": 0}
-                  for host in hosts}
+    return result.returncode, payload
+
+
+def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, report_path: str | None,
+               data: list[str] | None = None, pyinfra: str | None = None) -> tuple[int, dict]:
+    """Run the deploy; exit code 0 ok, 1 a host failed, 2 drift in a dry run.
+
+    With ``max_unavailable`` in the inventory data, hosts go in batches of that size and
+    the roll stops at the first batch with a failed host; later hosts are left untouched.
+    """
+    targets = load_inventory(inventory, limit or None, parse_data(data or []))
+    hosts = [t.name for t in targets]
+    pyinfra_bin = pyinfra or str(Path(sys.executable).with_name("pyinfra"))
+    batches = [hosts] if dry or not targets else rolling_batches(hosts, targets[0].data)
+    report: dict[str, dict] = {}
+    code = 0
+    for number, batch in enumerate(batches):
+        returncode, payload = run_pyinfra(pyinfra_bin, inventory, steps, limit if len(batches) == 1 else batch,
+                                          dry, data or [])
+        if payload:
+            part = summarise(payload, batch, dry)
+        else:  # pyinfra stops without a result when every host failed ("No hosts remaining!") or prepare failed
+            why = f"pyinfra exited {returncode} without a result: every host failed or the deploy did not load"
+            part = {host: {"changed": [], "failed": [why + " (see its messages above)"], "unchanged": 0}
+                    for host in batch}
+        report.update(part)
+        failed = [h for h, r in part.items() if r["failed"]]
+        if failed or returncode != 0:
+            code = 1
+            for host in [h for later in batches[number + 1:] for h in later]:
+                report[host] = {"changed": [], "failed": [], "unchanged": 0,
+                                "skipped": f"roll stopped: {', '.join(failed) or 'a host'} failed"}
+            break
     if report_path:
         Path(report_path).write_text(json.dumps({"inventory": inventory, "dry": dry, "hosts": report}, indent=2)
                                      + "\n")
-    if any(r["failed"] for r in report.values()) or result.returncode != 0:
+    if code:
         return 1, report
     if dry and any(r["changed"] for r in report.values()):
         return 2, report

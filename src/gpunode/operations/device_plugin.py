@@ -113,7 +113,7 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
 @operation()
 def rolled_out(namespace: str, settings: ClusterSettings):
     """
-    Wait until the DaemonSet is rolled out (desired == updated == ready) when it is being changed or is not yet.
+    Wait until the DaemonSet is rolled out (desired == updated == ready) when this run changed it.
 
     + namespace: the plugin's namespace
     + settings: which cluster (and rollout_timeout)
@@ -123,8 +123,9 @@ def rolled_out(namespace: str, settings: ClusterSettings):
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    if rollout.complete and not _rolling.get(state):
-        host.noop(f"device plugin rolled out ({rollout.progress()})")
+    if not _rolling.get(state):  # not changed by this run: a node whose plugin is down is its own check's finding
+        host.noop(f"device plugin unchanged ({rollout.progress()})" if rollout.exists
+                  else "device plugin not deployed")
         return
     yield control_command(wait_rollout, settings, namespace)
 

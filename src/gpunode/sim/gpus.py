@@ -69,7 +69,8 @@ def driver_state(node: str, profile: dict) -> dict:
     version = str(driver.get("version", DEFAULT_DRIVER))
     module_version = str(driver.get("module_version", version))
     if "library-mismatch" in faults and module_version == version:
-        module_version = str(driver.get("previous_version", "535.183.01"))
+        module_version = str(driver.get("previous_version") or ("525.147.05" if version.startswith("535.")
+                                                                else "535.183.01"))
     gpus = []
     for index in range(count if model else 0):
         gpu_model = model
