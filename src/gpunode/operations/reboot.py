@@ -21,7 +21,7 @@ from pyinfra.api import Host, StringCommand, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.diagnosis import failures
-from gpunode.diagnosis.driver import diagnose
+from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.driver import DriverState
 from gpunode.operations import control_command
@@ -118,7 +118,11 @@ def recheck_driver(target: Host, settings: NodeSettings, cluster: ClusterSetting
     if broken:
         if cluster is not None:
             set_unschedulable(target, cluster, node, True, f"driver still broken after reboot: {broken[0].what}")
-        raise GpunodeError(f"the driver is still broken after the reboot: {broken[0].what}", broken[0].fix)
+        raise GpunodeError(f"the driver is still broken after the reboot: {broken[0].what}",
+                           "the node stays cordoned (gpunode.io/cordon-reason says why): if the module still differs, "
+                           "the new driver's kernel module is not built for the running kernel (dkms status, "
+                           "uname -r); fix it, reboot, re-run, or kubectl uncordon by hand"
+                           if broken[0].code == REBOOT_REQUIRED else broken[0].fix)
     _fresh_driver[target] = state
     gpus = state["nvidia_smi"]["gpus"]
     target.log(f"driver {gpus[0]['driver_version']} OK with {len(gpus)} GPU(s) after the reboot")

@@ -205,8 +205,10 @@ def driver(node: str, version: str, no_reboot: bool, fabricmanager_version: str 
       gpunode sim driver node01 --version 560.35.03 --no-reboot
       gpunode sim reboot node01
     """
-    report = fleet.restart_node(SimPaths.from_env(), node, say, driver=version, reboot=not no_reboot,
-                                fabricmanager=fabricmanager_version)
+    if no_reboot:
+        fleet.install_driver(SimPaths.from_env(), node, version, say, fabricmanager_version)
+        return
+    report = fleet.restart_node(SimPaths.from_env(), node, say, driver=version, fabricmanager=fabricmanager_version)
     if report.failed:
         raise GpunodeError(f"{node} did not come back: {report.failed[0].error}", report.failed[0].console)
 

@@ -27,7 +27,7 @@ import yaml
 from gpunode.errors import GpunodeError
 from gpunode.sim import images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS
+from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
 from gpunode.sim.node import APISERVER_PORT, REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import NodeSpec, load_profile
@@ -293,14 +293,13 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
 
 
 def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None = None,
-                 driver: str | None = None, reboot: bool = True, fabricmanager: str | None = None) -> FleetReport:
+                 driver: str | None = None, fabricmanager: str | None = None) -> FleetReport:
     """Reboot a node (its processes stop, its disk stays), with new injected ``faults`` when given.
 
-    ``driver`` installs another driver user space; with ``reboot`` the kernel module
-    of that version is loaded, without it the old module stays loaded (the node
-    then reports "Driver/library version mismatch" until it reboots).
-    ``fabricmanager`` pins the fabric manager's version (default: the driver's).
-    Faults and driver changes are kept in the fleet's record for later reboots.
+    A reboot loads the kernel module of the installed driver; ``driver`` installs
+    another one first. ``fabricmanager`` pins the fabric manager's version
+    (default: the driver's). Faults and driver changes are kept in the fleet's
+    record for later reboots.
     """
     state = FleetState(paths)
     entry = state.data["nodes"].get(name)
@@ -324,13 +323,11 @@ def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None 
         if not re.fullmatch(r"\d+\.\d+(\.\d+)?", driver):
             raise GpunodeError(f"driver version {driver!r} is not a version", "write it like 560.35.03")
         current["version"] = driver
-    if reboot:
-        current["module_version"] = current["version"]
+    current["module_version"] = current["version"]
     if fabricmanager is not None:
         current["fabricmanager_version"] = fabricmanager
-    if driver is not None or reboot or fabricmanager is not None:
-        entry["driver"] = current
-        state.save()
+    entry["driver"] = current
+    state.save()
     profile = {**profile, "driver": {**base, "version": current["version"],
                                       "module_version": current["module_version"]}}
     if profile.get("nvswitch"):
@@ -345,6 +342,36 @@ def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None 
     say(f"rebooting {name}" + (f" with faults: {', '.join(profile.get('faults') or []) or 'none'}"
                                if faults is not None else ""))
     return up(paths, [spec], say)
+
+
+def install_driver(paths: SimPaths, name: str, version: str, say: Say, fabricmanager: str | None = None) -> None:
+    """Install driver ``version``'s user space on a running node without rebooting it.
+
+    The loaded kernel module stays the old one, so the node answers "Driver/library
+    version mismatch" until it reboots; nothing that runs there is stopped.
+    """
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
+        raise GpunodeError(f"driver version {version!r} is not a version", "write it like 560.35.03")
+    state = FleetState(paths)
+    entry = state.data["nodes"].get(name)
+    if entry is None:
+        raise GpunodeError(f"no such node: {name}",
+                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
+    pid = node_pid1(paths, name)
+    gpu_file = Path(f"/proc/{pid}/root/etc/gpunode-sim/gpu.json")
+    loaded = json.loads(gpu_file.read_text())["module_version"]
+    entry["driver"] = {**entry.get("driver", {}), "version": version, "module_version": loaded,
+                       **({"fabricmanager_version": fabricmanager} if fabricmanager else {})}
+    state.save()
+    profile = load_profile(entry["profile"])
+    profile = {**profile, "faults": entry.get("faults", profile.get("faults") or []),
+               "driver": {**(profile.get("driver") or {}), "version": version, "module_version": loaded}}
+    if profile.get("nvswitch"):
+        profile["nvswitch"] = {**profile["nvswitch"], "fabricmanager_version": entry["driver"].get(
+            "fabricmanager_version", version)}
+    with gpu_file.open("w") as handle:  # through the node's own view of its disk
+        handle.write(json.dumps(driver_state(name, profile), indent=2) + "\n")
+    say(f"{name}: driver {version} installed, kernel module {loaded} still loaded (reboot to load the new one)")
 
 
 def leftovers(paths: SimPaths) -> list[str]:
