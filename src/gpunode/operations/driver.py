@@ -23,6 +23,20 @@ _reboots: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
 NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
 
 
+_driver_facts: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
+
+
+def driver_facts(target: Host) -> dict:
+    """The host's driver facts, read once per run: the check, the labels and the device-plugin steps share them.
+
+    (pyinfra fetches a fact again in each @deploy and again at execution; nothing before the driver
+    check changes the driver, and a reboot in the run keeps its own facts: operations.reboot.)
+    """
+    if target not in _driver_facts:
+        _driver_facts[target] = target.get_fact(DriverState)
+    return _driver_facts[target]
+
+
 def reboot_planned(target: Host) -> str | None:
     """Why this run reboots the host (a driver upgraded without reboot, ``reboot_on_mismatch``), or None."""
     return _reboots.get(target)
@@ -46,7 +60,7 @@ def checked(settings: NodeSettings):
 
     + settings: the host's gpunode settings (from inventory data)
     """
-    state = host.get_fact(DriverState)
+    state = driver_facts(host)
     findings = diagnose(state, settings)
     broken = failures(findings)
     if broken and settings.reboot_on_mismatch and all(f.code == REBOOT_REQUIRED for f in broken):

@@ -7,9 +7,8 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.manifests import ManifestSettings, documents, render
-from gpunode.facts.driver import DriverState
 from gpunode.operations import device_plugin
-from gpunode.operations.driver import gpu_present
+from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
 
@@ -27,7 +26,7 @@ def device_plugin_rollout() -> None:
                              settings=settings, _run_once=True)
     if not gpu_present(host):
         return
-    gpus = (host.get_fact(DriverState).get("nvidia_smi") or {}).get("gpus") or []
+    gpus = (driver_facts(host).get("nvidia_smi") or {}).get("gpus") or []
     if not gpus and not NodeSettings.from_data(host.data).reboot_on_mismatch:
         return
     name = node_name(settings)

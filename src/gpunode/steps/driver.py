@@ -8,18 +8,29 @@ happens to it.
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 from pyinfra import host
+from pyinfra.api import Host
 from pyinfra.api.deploy import deploy
+from pyinfra.context import ctx_host
 from pyinfra.facts.server import Hostname
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.operations import driver, reboot
 from gpunode.settings import NodeSettings
 
+_hostnames: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
+
 
 def node_name(settings: ClusterSettings) -> str:
-    """The Kubernetes node name of this host: ``k8s_node_name`` in its data, else its hostname."""
-    return settings.k8s_node_name or host.get_fact(Hostname)
+    """The Kubernetes node name of this host: ``k8s_node_name`` in its data, else its hostname (read once)."""
+    if settings.k8s_node_name:
+        return settings.k8s_node_name
+    target = ctx_host.get()
+    if target not in _hostnames:
+        _hostnames[target] = host.get_fact(Hostname)
+    return _hostnames[target]
 
 
 @deploy("Driver check")

@@ -7,9 +7,8 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings, gpu_labels
-from gpunode.facts.driver import DriverState
 from gpunode.operations import labels
-from gpunode.operations.driver import gpu_present
+from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.steps.driver import node_name
 
 
@@ -20,7 +19,7 @@ def desired_labels() -> dict[str, str]:
     """
     if not gpu_present(host):
         return {}
-    state = host.get_fact(DriverState)
+    state = driver_facts(host)
     computed = gpu_labels(((state.get("nvidia_smi") or {}).get("gpus")) or [], LabelSettings.from_data(host.data))
     for warning in computed.warnings:
         host.log_styled(f"warning: {warning}", fg="yellow", log_func=logger.warning)
