@@ -20,10 +20,8 @@ from gpunode.settings import NodeSettings
 
 _gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 _reboots: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
-NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
-
-
 _driver_facts: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
+NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
 
 
 def driver_facts(target: Host) -> dict:

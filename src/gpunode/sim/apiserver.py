@@ -662,11 +662,13 @@ class ControlPlane:
 
     def reboots(self) -> None:
         """Carry out reboots the nodes asked for (their ``reboot`` stand-in), one thread each."""
-        paths = self.paths
-        for name in list(json.loads((self.state_dir / "fleet.json").read_text()).get("nodes", {})):
-            if (paths.node(name) / "data" / "gpunode-sim" / REBOOT_REQUEST).exists():
-                (paths.node(name) / "data" / "gpunode-sim" / REBOOT_REQUEST).unlink(missing_ok=True)
-                threading.Thread(target=self.reboot, args=(paths, name), daemon=True).start()
+        with self.store.lock:  # the fleet's nodes, as sync_nodes keeps them
+            names = [node.obj["metadata"]["name"] for node in self.store.items(NODE)]
+        for name in names:
+            request = self.paths.node(name) / "data" / "gpunode-sim" / REBOOT_REQUEST
+            if request.exists():
+                request.unlink(missing_ok=True)
+                threading.Thread(target=self.reboot, args=(self.paths, name), daemon=True).start()
 
     def reboot(self, paths: SimPaths, name: str) -> None:
         time.sleep(1)  # the reboot command returns and the SSH session closes first, as on a real machine

@@ -292,6 +292,35 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     return leftovers(paths)
 
 
+def node_entry(state: FleetState, name: str) -> dict:
+    """A node's record in the fleet; a clear error for a name the fleet does not have."""
+    entry = state.data["nodes"].get(name)
+    if entry is None:
+        raise GpunodeError(f"no such node: {name}",
+                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
+    return entry
+
+
+def check_driver_version(version: str) -> None:
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
+        raise GpunodeError(f"driver version {version!r} is not a version", "write it like 560.35.03")
+
+
+def node_profile(entry: dict) -> dict:
+    """The node's profile with what was done to it since: injected faults, the driver installed and loaded."""
+    profile = load_profile(entry["profile"])
+    if "faults" in entry:
+        profile = {**profile, "faults": entry["faults"]}
+    driver = entry.get("driver")
+    if driver:
+        profile = {**profile, "driver": {**(profile.get("driver") or {}), "version": driver["version"],
+                                         "module_version": driver["module_version"]}}
+        if profile.get("nvswitch"):
+            profile["nvswitch"] = {**profile["nvswitch"], "fabricmanager_version": driver.get(
+                "fabricmanager_version", driver["version"])}
+    return profile
+
+
 def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None = None,
                  driver: str | None = None, fabricmanager: str | None = None) -> FleetReport:
     """Reboot a node (its processes stop, its disk stays), with new injected ``faults`` when given.
@@ -302,37 +331,20 @@ def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None 
     record for later reboots.
     """
     state = FleetState(paths)
-    entry = state.data["nodes"].get(name)
-    if entry is None:
-        raise GpunodeError(f"no such node: {name}",
-                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
-    profile = load_profile(entry["profile"])
+    entry = node_entry(state, name)
     if faults is not None:
         unknown = sorted(set(faults) - set(FAULTS))
         if unknown:
             raise GpunodeError(f"unknown fault {unknown[0]!r}", f"faults: {', '.join(FAULTS)}")
         entry["faults"] = faults
-        state.save()
-    if "faults" in entry:
-        profile = {**profile, "faults": entry["faults"]}
-    base = dict(profile.get("driver") or {})
-    current = {"version": str(base.get("version", DEFAULT_DRIVER)),
-               "module_version": str(base.get("module_version", base.get("version", DEFAULT_DRIVER))),
-               **entry.get("driver", {})}
     if driver is not None:
-        if not re.fullmatch(r"\d+\.\d+(\.\d+)?", driver):
-            raise GpunodeError(f"driver version {driver!r} is not a version", "write it like 560.35.03")
-        current["version"] = driver
-    current["module_version"] = current["version"]
-    if fabricmanager is not None:
-        current["fabricmanager_version"] = fabricmanager
-    entry["driver"] = current
+        check_driver_version(driver)
+    base = load_profile(entry["profile"]).get("driver") or {}
+    installed = driver or entry.get("driver", {}).get("version") or str(base.get("version", DEFAULT_DRIVER))
+    entry["driver"] = {**entry.get("driver", {}), "version": installed, "module_version": installed,
+                       **({"fabricmanager_version": fabricmanager} if fabricmanager else {})}
     state.save()
-    profile = {**profile, "driver": {**base, "version": current["version"],
-                                      "module_version": current["module_version"]}}
-    if profile.get("nvswitch"):
-        profile["nvswitch"] = {**profile["nvswitch"], "fabricmanager_version": current.get(
-            "fabricmanager_version", current["version"])}
+    profile = node_profile(entry)
     stop_processes(state.processes(name))
     subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
                    check=False)
@@ -350,27 +362,16 @@ def install_driver(paths: SimPaths, name: str, version: str, say: Say, fabricman
     The loaded kernel module stays the old one, so the node answers "Driver/library
     version mismatch" until it reboots; nothing that runs there is stopped.
     """
-    if not re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
-        raise GpunodeError(f"driver version {version!r} is not a version", "write it like 560.35.03")
+    check_driver_version(version)
     state = FleetState(paths)
-    entry = state.data["nodes"].get(name)
-    if entry is None:
-        raise GpunodeError(f"no such node: {name}",
-                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
-    pid = node_pid1(paths, name)
-    gpu_file = Path(f"/proc/{pid}/root/etc/gpunode-sim/gpu.json")
+    entry = node_entry(state, name)
+    gpu_file = Path(f"/proc/{node_pid1(paths, name)}/root/etc/gpunode-sim/gpu.json")
     loaded = json.loads(gpu_file.read_text())["module_version"]
     entry["driver"] = {**entry.get("driver", {}), "version": version, "module_version": loaded,
                        **({"fabricmanager_version": fabricmanager} if fabricmanager else {})}
     state.save()
-    profile = load_profile(entry["profile"])
-    profile = {**profile, "faults": entry.get("faults", profile.get("faults") or []),
-               "driver": {**(profile.get("driver") or {}), "version": version, "module_version": loaded}}
-    if profile.get("nvswitch"):
-        profile["nvswitch"] = {**profile["nvswitch"], "fabricmanager_version": entry["driver"].get(
-            "fabricmanager_version", version)}
     with gpu_file.open("w") as handle:  # through the node's own view of its disk
-        handle.write(json.dumps(driver_state(name, profile), indent=2) + "\n")
+        handle.write(json.dumps(driver_state(name, node_profile(entry)), indent=2) + "\n")
     say(f"{name}: driver {version} installed, kernel module {loaded} still loaded (reboot to load the new one)")
 
 
@@ -431,9 +432,7 @@ def destroy(paths: SimPaths, say: Say) -> None:
 def node_pid1(paths: SimPaths, name: str) -> int:
     """Host PID of a running node's PID 1, for entering its namespaces."""
     state = FleetState(paths)
-    if name not in state.data["nodes"]:
-        raise GpunodeError(f"no such node: {name}",
-                           f"running nodes: {', '.join(state.data['nodes']) or 'none'} (see 'gpunode sim status')")
+    node_entry(state, name)
     init = next((p for p in state.processes(name) if p.role == "init"), None)
     pid = init_pid_of(init.pid) if init else None
     if not pid:
