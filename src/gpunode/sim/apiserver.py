@@ -500,7 +500,7 @@ class ControlPlane:
             self.daemonset_status()
 
     def daemonsets(self) -> None:
-        pods_kind, nodes = POD, self.store.items(NODE)
+        nodes = self.store.items(NODE)
         for ds in self.store.items(DAEMONSET):
             meta, spec = ds.obj["metadata"], ds.obj.get("spec", {})
             template = spec.get("template", {})
@@ -508,8 +508,7 @@ class ControlPlane:
             pod_spec = template.get("spec", {})
             selector = ",".join(f"{k}={v}" for k, v in (pod_spec.get("nodeSelector") or {}).items())
             tolerations = pod_spec.get("tolerations") or []
-            owned = [p for p in self.store.items(pods_kind, meta["namespace"])
-                     if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
+            owned = self.owned_pods(ds)
             on_node = {p.obj["spec"]["nodeName"]: p for p in owned}
             # a new pod needs every NoSchedule/NoExecute taint tolerated; a running one is evicted by NoExecute only
             wanted = {n.obj["metadata"]["name"] for n in nodes
@@ -519,11 +518,16 @@ class ControlPlane:
                                     else ("NoSchedule", "NoExecute"))}
             for node, pod in on_node.items():
                 if node not in wanted or pod.obj["metadata"]["labels"].get("controller-revision-hash") != revision:
-                    self.store.delete(pods_kind, meta["namespace"], pod.obj["metadata"]["name"])
+                    self.store.delete(POD, meta["namespace"], pod.obj["metadata"]["name"])
                     if node in wanted:
                         self.create_pod(ds, template, revision, node)
             for node in sorted(wanted - on_node.keys()):
                 self.create_pod(ds, template, revision, node)
+
+    def owned_pods(self, ds: Stored) -> list[Stored]:
+        meta = ds.obj["metadata"]
+        return [p for p in self.store.items(POD, meta["namespace"])
+                if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
 
     def create_pod(self, ds: Stored, template: dict, revision: str, node: str) -> None:
         meta = ds.obj["metadata"]
@@ -646,8 +650,7 @@ class ControlPlane:
     def daemonset_status(self) -> None:
         for ds in self.store.items(DAEMONSET):
             meta = ds.obj["metadata"]
-            owned = [p for p in self.store.items(POD, meta["namespace"])
-                     if any(o.get("uid") == meta["uid"] for o in p.obj["metadata"].get("ownerReferences", []))]
+            owned = self.owned_pods(ds)
             ready = sum(1 for p in owned if p.obj["status"].get("conditions", [{}])[-1].get("status") == "True")
             generation = str(meta.get("generation", 1))
             updated = sum(1 for p in owned if p.obj["metadata"]["labels"].get("pod-template-generation") == generation)

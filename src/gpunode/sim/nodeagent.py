@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpunode.sim.kubelet import KubeletStandin
 from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, launch
@@ -49,7 +49,6 @@ class Container:
     started_at: float = 0.0
     ready: bool = False
     log: str = ""
-    env: dict[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
         argv = [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
@@ -135,7 +134,6 @@ class Workload:
     spec: dict
     handler: str
     outcome: Outcome | None = None
-    thread: threading.Thread | None = None
 
     def start(self, kubelet: KubeletStandin, taken, admission: threading.Lock) -> None:
         def run() -> None:
@@ -153,8 +151,7 @@ class Workload:
             outcome.devices = devices
             self.outcome = outcome
 
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
+        threading.Thread(target=run, daemon=True).start()
 
     def devices(self) -> set[str]:
         """Devices the pod holds: until it terminates (the kubelet frees a finished pod's devices)."""
