@@ -26,7 +26,9 @@ def sim() -> None:
 
     Each node is a real Debian 12 userspace with its own sshd (127.0.10.N:22), apt and
     container runtime; only the NVIDIA driver layer and the toolkit apt repository are
-    stand-ins. State lives in /var/lib/gpunode/sim (GPUNODE_SIM_DIR), cached images in
+    stand-ins. The control plane is real Kubernetes (etcd, kube-apiserver,
+    kube-controller-manager, kube-scheduler on 127.0.10.254), built once per machine by
+    'gpunode sim build-kubernetes'. State lives in /var/lib/gpunode/sim (GPUNODE_SIM_DIR), cached images in
     /var/cache/gpunode (GPUNODE_CACHE_DIR).
 
     \b
@@ -38,6 +40,23 @@ def sim() -> None:
       ssh -F /var/lib/gpunode/sim/ssh/config node01 nvidia-smi -L
       gpunode sim down
     """
+
+
+@sim.command(name="build-kubernetes")
+def build_kubernetes() -> None:
+    """Build the fleet's control plane (etcd, kube-apiserver, -controller-manager, -scheduler, kubectl) once.
+
+    From the Go module proxy with the machine's Go, into the image cache
+    (/var/cache/gpunode/kubernetes-vX.Y.Z); a later run finds it there at once.
+
+    \b
+    Example:
+      gpunode sim build-kubernetes
+    """
+    from gpunode.sim.kubernetes import ensure_built
+
+    folder = ensure_built(SimPaths.from_env().cache, say)
+    click.echo(str(folder))
 
 
 @sim.command()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -22,13 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from gpunode.errors import GpunodeError
-from gpunode.sim import images, prereqs
+from gpunode.sim import controlplane, images, prereqs
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
-from gpunode.sim.node import APISERVER_PORT, REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
+from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import NodeSpec, load_profile
 from gpunode.sim.ssh import client_key, write_client_files
@@ -86,13 +83,14 @@ class FleetState:
         return [NodeProcess(role, pid) for role, pid in entry.get("pids", {}).items()]
 
 
-def _start_service(paths: SimPaths, state: FleetState, role: str, argv: list[str], ready: Path) -> None:
-    """Start a host-side service of the fleet (repo server, control plane) unless it runs; wait for ``ready``."""
+def _start_service(paths: SimPaths, state: FleetState, role: str, argv: list[str], ready: Path | None) -> None:
+    """Start a host-side Python service of the fleet (repo server, supervisor) unless it runs; wait for ``ready``."""
     service = state.data["services"].get(role)
     if service and NodeProcess(role, service).alive():
         return
     paths.run.mkdir(parents=True, exist_ok=True)
-    ready.unlink(missing_ok=True)
+    if ready is not None:
+        ready.unlink(missing_ok=True)
     log_file = paths.run / f"{role}.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     with log_file.open("ab") as log:
@@ -101,7 +99,7 @@ def _start_service(paths: SimPaths, state: FleetState, role: str, argv: list[str
     state.data["services"][role] = proc.pid
     state.save()
     deadline = time.monotonic() + 10
-    while not ready.exists():
+    while ready is not None and not ready.exists():
         if time.monotonic() > deadline or proc.poll() is not None:
             raise GpunodeError(f"the fleet's {role} did not start", f"see {log_file}")
         time.sleep(0.05)
@@ -112,39 +110,15 @@ def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
                    paths.run / "repo.sock")
 
 
-def _start_control_plane(paths: SimPaths, state: FleetState) -> Path:
-    """The simulated Kubernetes API on 127.0.<block>.254:6443, its users and a kubeconfig for them."""
-    write_control_plane_access(paths)
-    _start_service(paths, state, "apiserver", ["gpunode.sim.apiserver", str(paths.state),
-                                               paths.apiserver_address, str(APISERVER_PORT)],
-                   paths.run / "apiserver.ready")
-    return paths.kubeconfig
+def _start_control_plane(paths: SimPaths, state: FleetState, say: Say) -> Path:
+    """The real Kubernetes control plane on 127.0.<block>.254 and the kubeconfig of its users."""
+    def record(role: str, pid: int) -> None:
+        state.data["services"][role] = pid
+        state.save()
 
-
-def write_control_plane_access(paths: SimPaths) -> None:
-    """Tokens of three users (admin, a read-only viewer, one with an expired token) and their kubeconfig contexts."""
-    tokens_file = paths.run / "apiserver-tokens.json"
-    paths.run.mkdir(parents=True, exist_ok=True)
-    if not tokens_file.exists():
-        tokens = {secrets.token_hex(16): {"user": "gpunode-admin", "role": "admin"},
-                  secrets.token_hex(16): {"user": "gpunode-viewer", "role": "view"},
-                  secrets.token_hex(16): {"user": "gpunode-expired", "role": "admin", "expired": True}}
-        tokens_file.write_text(json.dumps(tokens, indent=2))
-        tokens_file.chmod(0o600)
-    tokens = json.loads(tokens_file.read_text())
-    by_user = {entry["user"]: token for token, entry in tokens.items()}
-    server = f"http://{paths.apiserver_address}:{APISERVER_PORT}"
-    users = {"gpunode-sim": "gpunode-admin", "gpunode-sim-viewer": "gpunode-viewer",
-             "gpunode-sim-expired": "gpunode-expired"}
-    kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "gpunode-sim",
-        "clusters": [{"name": "gpunode-sim", "cluster": {"server": server}}],
-        "contexts": [{"name": context, "context": {"cluster": "gpunode-sim", "user": user}}
-                     for context, user in users.items()],
-        "users": [{"name": user, "user": {"token": by_user[user]}} for user in users.values()],
-    }
-    paths.kubeconfig.write_text(yaml.safe_dump(kubeconfig, sort_keys=False))
-    paths.kubeconfig.chmod(0o600)
+    kubeconfig = controlplane.start(paths, state.data["services"], record, say)
+    _start_service(paths, state, "supervisor", ["gpunode.sim.supervisor", str(paths.state)], None)
+    return kubeconfig
 
 
 def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -> Path:
@@ -203,7 +177,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     write_tools_layer(paths.layer("tools"))
     repo = build_repo(paths.repo)
     _start_repo_server(paths, state)
-    _start_control_plane(paths, state)
+    _start_control_plane(paths, state, say)
     key = client_key(paths.ssh)
     authorized = Path(f"{key}.pub").read_text().strip()
     report = FleetReport()
@@ -241,6 +215,11 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         waits = dict(zip([n.spec.name for n in to_wait],
                          pool.map(lambda n: n.wait_ready(READY_TIMEOUT, state.processes(n.spec.name)), to_wait),
                          strict=True))
+    for node in to_wait:
+        if waits.get(node.spec.name) is None:
+            error = _start_kubelet(node, state)
+            if error:
+                waits[node.spec.name] = error
     for node in nodes:
         spec = node.spec
         if any(r.name == spec.name for r in report.nodes):
@@ -257,6 +236,39 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     return report
 
 
+def _start_kubelet(node: SimNode, state: FleetState) -> str | None:
+    """Start the booted node's kubelet; None, or why it could not be started."""
+    name = node.spec.name
+    init = next((p for p in state.processes(name) if p.role == "init"), None)
+    pid1 = init_pid_of(init.pid) if init else None
+    if not pid1:
+        return f"{name} has no init process to start its kubelet in"
+
+    def record(proc: NodeProcess) -> None:
+        state.data["nodes"][name]["pids"][proc.role] = proc.pid
+        state.save()
+
+    node.start_kubelet(pid1, record)
+    return None
+
+
+def _delete_node_objects(paths: SimPaths, names: list[str], say: Say) -> None:
+    """``kubectl delete node`` for nodes leaving a fleet whose control plane stays up."""
+    from lightkube import ApiError, Client, KubeConfig
+    from lightkube.resources.core_v1 import Node
+
+    try:
+        client = Client(KubeConfig.from_file(paths.kubeconfig).get("gpunode-sim"), trust_env=False, timeout=10)
+        for name in names:
+            try:
+                client.delete(Node, name)
+            except ApiError as error:
+                if error.status.code != 404:
+                    raise
+    except Exception as error:  # noqa: BLE001 - the nodes are stopped either way; their objects go NotReady
+        say(f"could not delete the Node objects of {', '.join(names)}: {error}")
+
+
 def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]:
     """Stop nodes (all by default) and the repo server; return what could not be cleaned."""
     state = FleetState(paths)
@@ -270,17 +282,23 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     for name in chosen:
         subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
                        check=False)
-        sock = paths.node(name) / "sshd.sock"
-        if sock.exists():
-            sock.unlink()
+        for sock in ("sshd.sock", "kubelet.sock"):
+            (paths.node(name) / sock).unlink(missing_ok=True)
         del state.data["nodes"][name]
         state.save()
         say(f"stopped {name}")
+    if state.data["nodes"] and controlplane.alive(state.data["services"].get("kube-apiserver")):
+        _delete_node_objects(paths, chosen, say)
     if not state.data["nodes"]:
-        for role in ("apiserver", "repo"):
+        for role in ("supervisor", "repo"):
             pid = state.data["services"].pop(role, None)
             if pid:
                 stop_processes([NodeProcess(role, pid)])
+        controlplane.stop(state.data["services"])
+        for role in controlplane.ROLES:
+            state.data["services"].pop(role, None)
+        controlplane.reset_data(paths)
+        (paths.run / "apiserver.sock").unlink(missing_ok=True)
         state.save()
         strays = _stray_processes(paths)
         if strays:

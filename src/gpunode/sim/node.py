@@ -2,9 +2,12 @@
 
 A node is a folder under the fleet's state (upper and work folders of its
 overlay root, real-disk data folders for containerd/docker/kubelet, its boot
-plan and console log) plus a handful of host processes: the namespaced init
-and the socat forwarders that connect its private network to the host's
-loopback (sshd) and the local repository to the node's 127.0.0.1:8080.
+plan and console log) plus a handful of host processes: the namespaced init,
+the socat forwarders that connect its private network to the host's loopback
+(sshd on 22 and the kubelet's port 10250 at the node's address; the local
+repository at the node's 127.0.0.1:8080 and the API server at its own address
+inside the node), and the node's kubelet (``gpunode.sim.nodeagent``), started
+inside the node once it has booted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
 from gpunode.sim.gpus import driver_state
 from gpunode.sim.images import lower_dirs
 from gpunode.sim.paths import SimPaths
@@ -30,7 +34,7 @@ from gpunode.sim.ssh import ensure_key
 NVIDIA_MAJOR, UVM_MAJOR = 195, 237
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib/gpunode-sim")
 REBOOT_REQUEST = "reboot-requested"  # written by the node's reboot stand-in into data/gpunode-sim/
-APISERVER_PORT = 6443
+KUBELET_PORT = 10250
 REPO_PORT = 8080
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
 
@@ -109,6 +113,10 @@ class SimNode:
         return self.dir / "sshd.sock"
 
     @property
+    def kubelet_socket(self) -> Path:
+        return self.dir / "kubelet.sock"
+
+    @property
     def host_key(self) -> Path:
         return self.dir / "ssh_host_ed25519_key"
 
@@ -129,6 +137,10 @@ class SimNode:
             "root/.ssh/authorized_keys": authorized_key + "\n",
             "etc/ssh/ssh_host_ed25519_key": self.host_key.read_text(),
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
+            "etc/gpunode-sim/kubelet.json": json.dumps({
+                "node": self.spec.name, "address": self.spec.address, "kubelet_version": kubelet_version(),
+                "runtime_version": runtime_version(self.paths, self.spec.runtime)}, indent=2) + "\n",
+            **node_credentials(self.paths, self.spec.name, self.spec.address),
         }
         for relative, text in files.items():
             target = self.upper / relative
@@ -137,6 +149,8 @@ class SimNode:
                 target.unlink()
             target.write_text(text)
         (self.upper / "root/.ssh").chmod(0o700)
+        (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
+        (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
         (self.upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
         self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
@@ -186,8 +200,8 @@ class SimNode:
                      "--fork", "--kill-child=SIGTERM", sys.executable, "-m", "gpunode.sim.nodeinit",
                      str(self.dir / "boot.json")],
         }
-        if self.ssh_socket.exists():
-            self.ssh_socket.unlink()
+        for sock in (self.ssh_socket, self.kubelet_socket):
+            sock.unlink(missing_ok=True)
         commands |= {
             "ssh-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                          f"UNIX-LISTEN:{self.ssh_socket},fork,mode=600", "TCP:127.0.0.1:22"],
@@ -196,6 +210,13 @@ class SimNode:
             "repo-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                           f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
                           f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
+            "api-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
+                         f"TCP-LISTEN:{APISERVER_PORT},bind={self.paths.apiserver_address},reuseaddr,fork",
+                         f"UNIX-CONNECT:{self.paths.run / 'apiserver.sock'}"],
+            "kubelet-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
+                             f"UNIX-LISTEN:{self.kubelet_socket},fork,mode=600", f"TCP:127.0.0.1:{KUBELET_PORT}"],
+            "kubelet-host": ["socat", f"TCP-LISTEN:{KUBELET_PORT},bind={self.spec.address},reuseaddr,fork",
+                             f"UNIX-CONNECT:{self.kubelet_socket}"],
         }
         try:
             for role, argv in commands.items():
@@ -208,6 +229,19 @@ class SimNode:
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         finally:
             log.close()
+
+    def start_kubelet(self, pid1: int, record: Callable[[NodeProcess], None]) -> None:
+        """The node's kubelet, inside all of its namespaces; its log is the node's /var/log/gpunode-kubelet.log."""
+        argv = ["nsenter", "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "sh", "-c",
+                f"exec {sys.executable} -m gpunode.sim.nodeagent >>/var/log/gpunode-kubelet.log 2>&1"]
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True,
+                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+            record(NodeProcess("kubelet", proc.pid))
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def wait_ready(self, timeout: float, processes: list[NodeProcess]) -> str | None:
         """None once sshd answers on the node's address, else why not (at once if a process died)."""
@@ -233,6 +267,26 @@ class SimNode:
         if not self.console_log.exists():
             return "(no console log)"
         return "\n".join(self.console_log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def kubelet_version() -> str:
+    """What the node's kubelet says it is: the control plane's version, marked as the simulator's kubelet."""
+    from gpunode.sim.kubernetes import KUBERNETES_VERSION
+
+    return f"v{KUBERNETES_VERSION}-gpunode-sim"
+
+
+def runtime_version(paths: SimPaths, runtime: str) -> str:
+    """``containerd://1.6.20~ds1-1+b1`` as the kubelet reports it, from the runtime layer's dpkg status."""
+    package = {"containerd": "containerd", "docker": "docker.io"}.get(runtime, runtime)
+    status = paths.layer(runtime) / "var/lib/dpkg/status"
+    version = "unknown"
+    if status.exists():
+        for block in status.read_text().split("\n\n"):
+            if f"Package: {package}\n" in f"{block}\n":
+                version = next((line.split(": ", 1)[1] for line in block.splitlines()
+                                if line.startswith("Version: ")), version)
+    return f"{runtime}://{version}"
 
 
 def code_roots() -> list[str]:

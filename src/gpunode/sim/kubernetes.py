@@ -1,0 +1,155 @@
+"""The real Kubernetes control plane for the simulated fleet, built once per machine from Go modules.
+
+``k8s.io/kubernetes`` cannot be ``go install``ed: its go.mod replaces the
+staging modules (k8s.io/api, client-go, ...) with folders of its own source tree.
+So a small build module of ours requires it at one pinned version and replaces
+every staging module with its published ``v0.Y.Z``, read from that go.mod. etcd
+comes from the same module graph (``go.etcd.io/etcd/server/v3``, the version the
+pinned Kubernetes requires). The binaries land in the machine's cache
+(``/var/cache/gpunode/kubernetes-vX.Y.Z/``); a later run finds them there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+
+KUBERNETES_VERSION = "1.37.2"
+KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
+BINARIES = (*KUBE_COMMANDS, "etcd")
+STAMP = "build.json"
+TOOLS_GO = """//go:build tools
+
+// Package kubebuild pins what gpunode's simulated fleet builds; see gpunode.sim.kubernetes.
+package kubebuild
+
+import (
+{imports}
+)
+"""
+
+Say = Callable[[str], None]
+
+
+def binaries_dir(cache: Path, version: str = KUBERNETES_VERSION) -> Path:
+    return cache / f"kubernetes-v{version}"
+
+
+def built(cache: Path, version: str = KUBERNETES_VERSION) -> Path | None:
+    """The folder with every binary when a finished build is cached, else None."""
+    folder = binaries_dir(cache, version)
+    if (folder / STAMP).is_file() and all(os.access(folder / name, os.X_OK) for name in BINARIES):
+        return folder
+    return None
+
+
+def require(cache: Path) -> Path:
+    """The cached binaries, or a clear error saying how to build them."""
+    folder = built(cache)
+    if folder is None:
+        raise GpunodeError(f"the Kubernetes control plane v{KUBERNETES_VERSION} is not built in "
+                           f"{binaries_dir(cache)}", "run 'gpunode sim build-kubernetes' (or scripts/setup-host) once "
+                           "on this machine; it takes about half an hour on 2 cores")
+    return folder
+
+
+def build_module(version: str, kubernetes_gomod: str) -> str:
+    """Our go.mod: require k8s.io/kubernetes, replace each staging module with its published v0.Y.Z."""
+    minor_patch = version.split(".", 1)[1]
+    staging = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", kubernetes_gomod, re.MULTILINE)))
+    if not staging:
+        raise GpunodeError(f"k8s.io/kubernetes v{version}'s go.mod names no staging modules",
+                           "pin another KUBERNETES_VERSION in gpunode.sim.kubernetes")
+    go = re.search(r"^go (\d+\.\d+)", kubernetes_gomod, re.MULTILINE)
+    lines = ["module gpunode.local/kubebuild", "", f"go {go.group(1) if go else '1.25'}", "",
+             f"require k8s.io/kubernetes v{version}", "", "replace ("]
+    lines += [f"\t{module} => {module} v0.{minor_patch}" for module in staging]
+    lines.append(")")
+    return "\n".join(lines) + "\n"
+
+
+def go_binary() -> str:
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        raise GpunodeError("building the simulated control plane needs Go (1.25 or newer) on PATH",
+                           "install Go, then run 'gpunode sim build-kubernetes' again")
+    return go
+
+
+def _go(args: list[str], cwd: Path, log: Path) -> subprocess.CompletedProcess[str]:
+    go = go_binary()
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
+    with log.open("a") as handle:
+        handle.write(f"$ go {' '.join(args)}\n")
+        handle.flush()
+        result = subprocess.run([go, *args], cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True,
+                                check=False)
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise GpunodeError(f"go {' '.join(args[:3])} failed (exit {result.returncode}):\n{tail}",
+                           f"the whole log is {log}")
+    return result
+
+
+def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Path:
+    """Build the control plane's binaries unless cached; return their folder."""
+    folder = built(cache, version)
+    if folder is not None:
+        return folder
+    started = time.monotonic()
+    work = cache / f"kubernetes-build-v{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "build.log"
+    log.write_text("")
+    say(f"building Kubernetes v{version} (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) and "
+        f"etcd from the Go module proxy, once per machine; log: {log}")
+    download = subprocess.run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
+                              capture_output=True, text=True, cwd=work, check=False,
+                              env={**os.environ, "GOFLAGS": "-mod=mod"})
+    if download.returncode != 0:
+        raise GpunodeError(f"cannot fetch k8s.io/kubernetes v{version}: {download.stdout.strip()[-400:]}"
+                           f"{download.stderr.strip()[-400:]}", "check that the Go module proxy is reachable")
+    gomod = Path(json.loads(download.stdout)["GoMod"]).read_text()
+    (work / "go.mod").write_text(build_module(version, gomod))
+    (work / "go.sum").unlink(missing_ok=True)
+    imports = "\n".join(f'\t_ "{p}"' for p in (ETCD_PACKAGE, *(f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS)))
+    (work / "tools.go").write_text(TOOLS_GO.format(imports=imports))
+    say("resolving modules (go mod tidy)")
+    _go(["mod", "tidy"], work, log)
+    out = work / "bin"
+    out.mkdir(exist_ok=True)
+    minor = version.split(".")[1]
+    stamp = " ".join(f"-X {pkg}.{key}={value}" for pkg in ("k8s.io/component-base/version",
+                                                           "k8s.io/client-go/pkg/version")
+                     for key, value in (("gitVersion", f"v{version}"), ("gitMajor", "1"), ("gitMinor", minor),
+                                        ("gitTreeState", "clean")))
+    targets = [(c, f"k8s.io/kubernetes/cmd/{c}", f"-s -w {stamp}") for c in KUBE_COMMANDS]
+    targets.append(("etcd", ETCD_PACKAGE, "-s -w"))
+    for name, package, ldflags in targets:
+        step = time.monotonic()
+        say(f"go build {name}")
+        _go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package], work, log)
+        say(f"  {name}: {time.monotonic() - step:.0f} s")
+    folder = binaries_dir(cache, version)
+    staging = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in BINARIES:
+        shutil.copy2(out / name, staging / name)
+    seconds = time.monotonic() - started
+    (staging / STAMP).write_text(json.dumps({"version": version, "seconds": round(seconds),
+                                             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    shutil.rmtree(out, ignore_errors=True)
+    say(f"Kubernetes v{version} built in {seconds / 60:.1f} min: {folder}")
+    return folder
