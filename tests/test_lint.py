@@ -22,10 +22,12 @@ DATA = Path(__file__).parent / "data" / "lint"
     ({"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": 1}},
      ['spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "2": must be equal to nvidia.com/gpu '
       "limit"]),
-    ({"limits": {"nvidia.com/gpu": "500m"}},
-     ['spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "500m": must be an integer']),
-    ({"limits": {"nvidia.com/mig-1g.10gb": 0.5}},
-     ['spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: Invalid value: "0.5": must be an integer']),
+    ({"limits": {"nvidia.com/gpu": "500m"}},  # the real API server's words (tests/test_whole_chain.py asks it)
+     ['spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "500m": must be an integer',
+      'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "500m": must be an integer']),
+    ({"limits": {"nvidia.com/mig-1g.10gb": 0.5}, "requests": {"nvidia.com/mig-1g.10gb": 0.5}},
+     ['spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb]: Invalid value: "500m": must be an integer',
+      'spec.containers[0].resources.requests[nvidia.com/mig-1g.10gb]: Invalid value: "500m": must be an integer']),
     ({"requests": {"cpu": "500m"}}, []),
 ])
 def test_resource_validation_uses_the_api_servers_messages(resources: dict, expected: list[str]) -> None:

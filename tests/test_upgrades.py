@@ -7,10 +7,12 @@ leaves every node healthy (at the new driver) for tests/test_whole_chain.py.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.policy_v1 import PodDisruptionBudget
 
 from .conftest import gpunode
 from .test_provisioning import deploy, ssh
@@ -47,8 +49,48 @@ def test_an_upgrade_without_reboot_is_reported_for_that_node_and_nothing_else_ch
     assert len(writes(fleet)) == before  # no label, no cordon, nothing written to the cluster
 
 
+def budget(min_available: int | None, max_unavailable: int | None) -> PodDisruptionBudget:
+    spec = {"selector": {"matchLabels": {"app": "busy-a100"}}, "minAvailable": min_available,
+            "maxUnavailable": max_unavailable}
+    return PodDisruptionBudget.from_dict({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                          "metadata": {"name": "busy-a100", "namespace": "default"},
+                                          "spec": {k: v for k, v in spec.items() if v is not None}})
+
+
+def wait_for_budget(fleet: dict) -> None:
+    """Until the disruption controller has computed the budget (the eviction then answers by it)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pdb = api(fleet).get(PodDisruptionBudget, "busy-a100", namespace="default")
+        if pdb.status and pdb.status.observedGeneration == pdb.metadata.generation and pdb.status.expectedPods:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the disruption controller did not compute the budget")
+
+
+def test_a_budget_that_forbids_the_eviction_stops_the_roll_there_and_leaves_the_node_cordoned(
+        fleet: dict, tmp_path: Path) -> None:
+    client = api(fleet)
+    client.patch(Pod, "busy-a100", {"metadata": {"labels": {"app": "busy-a100"}}}, namespace="default")
+    client.create(budget(min_available=1, max_unavailable=None))
+    wait_for_budget(fleet)
+    result, report = deploy(fleet, tmp_path, "--data", "reboot_on_mismatch=true", "--data", "reboot_timeout=30")
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert ("GPU pods still on node01 after 30 s: default/busy-a100 (eviction refused: Cannot evict pod as it "
+            "would violate the pod's disruption budget.") in output, output[-3000:]
+    assert report["node01"]["failed"] and not report["node02"]["changed"], report
+    node = client.get(Node, "node01")
+    assert node.spec.unschedulable
+    assert "driver" in node.metadata.annotations["gpunode.io/cordon-reason"]
+    assert client.get(Pod, "busy-a100", namespace="default").status.phase == "Running"
+
+
 def test_reboot_on_mismatch_drains_reboots_checks_and_uncordons(fleet: dict, tmp_path: Path) -> None:
     client = api(fleet)
+    client.delete(PodDisruptionBudget, "busy-a100", namespace="default")
+    client.create(budget(min_available=None, max_unavailable=1))  # a budget that allows one pod to go
+    wait_for_budget(fleet)
     pods_before, boots_before = plugin_pods(fleet), {n: boot_id(fleet, n) for n in ("node01", "node02")}
     result, report = deploy(fleet, tmp_path, "--data", "reboot_on_mismatch=true")
     assert result.returncode == 0, result.stdout[-4000:]

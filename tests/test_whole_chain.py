@@ -59,7 +59,7 @@ def test_doctor_on_a_healthy_fleet_reports_nothing(fleet: dict) -> None:
 
 
 def test_a_gpu_pod_sees_exactly_the_gpu_it_was_allocated(fleet: dict) -> None:
-    output = run_pod(fleet, "one-gpu", "--", "nvidia-smi", "-L")
+    output = run_pod(fleet, "one-gpu", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
     assert "pod default/one-gpu on node01: Succeeded" in output, output
     listed = [line for line in output.splitlines() if line.startswith("GPU ")]
     assert len(listed) == 1
@@ -99,7 +99,9 @@ def test_a_node_selector_that_matches_no_gpu_node(fleet: dict) -> None:
     (None, {"nvidia.com/gpu": 1}, "spec.containers[0].resources.limits: Required value: Limit must be set for "
                                   "non overcommitable resources"),
     ({"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 2}, 'Invalid value: "2": must be equal to nvidia.com/gpu limit'),
-    ({"nvidia.com/gpu": "0.5"}, None, 'Invalid value: "0.5": must be an integer'),
+    ({"nvidia.com/gpu": "0.5"}, None, 'spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "500m": '
+                                      "must be an integer, spec.containers[0].resources.requests[nvidia.com/gpu]: "
+                                      'Invalid value: "500m": must be an integer'),
 ])
 def test_the_api_rejects_wrong_gpu_specs_in_its_words(fleet: dict, limits: dict | None, requests: dict | None,
                                                       message: str) -> None:
@@ -231,10 +233,14 @@ def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tm
     client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"containers": containers}}}},
                  namespace=NAMESPACE, field_manager="kubectl-edit")
     try:
-        wait_for(lambda: client.get(Node, "node01").status.allocatable.get("nvidia.com/gpu") == "0", 60)
-        wait_for(lambda: any(p["subject"] == "node01" and p["code"] == "plugin-crashloop"
-                             for p in doctor(fleet)[1]["problems"]), 60)
-        found = problem(doctor(fleet)[1], "node01")
+        # the DaemonSet rolls one node at a time (maxUnavailable 1); the first new pod crash-loops and stops the roll
+        def broken_node() -> str | None:
+            return next((n for n in ("node01", "node02") if any(
+                p["subject"] == n and p["code"] == "plugin-crashloop" for p in doctor(fleet)[1]["problems"])), None)
+        wait_for(lambda: broken_node() is not None, 90)
+        node = broken_node()
+        assert client.get(Node, node).status.allocatable.get("nvidia.com/gpu") == "0"
+        found = problem(doctor(fleet)[1], node)
         assert "socket directory" in " ".join(found["evidence"]) and "hostPath" in found["fix"], found
     finally:
         assert deploy(fleet, tmp_path)[0].returncode == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from pathlib import Path
 
 import yaml
@@ -48,9 +49,34 @@ class SpecError:
 
 
 def _quantity(value: object) -> tuple[str, bool]:
-    """(the value as written, whether it is a whole number of devices)."""
+    """(the value as the API server prints it, whether it is a whole number of devices).
+
+    A plain decimal is shown in the quantity's canonical form, as the API server
+    does once it has parsed it: ``0.5`` is ``500m``, ``0.0005`` is ``500u``.
+    """
     text = str(value).strip()
-    return text, bool(re.fullmatch(r"[0-9]+", text))
+    if re.fullmatch(r"[0-9]+", text):
+        return text, True
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return text, False
+    if number.is_finite() and number > 0:
+        for exponent, suffix in ((3, "m"), (6, "u"), (9, "n")):
+            scaled = number.scaleb(exponent)
+            if scaled == scaled.to_integral_value():
+                return f"{int(scaled)}{suffix}", False
+    return text, False
+
+
+def _whole_devices(value: object) -> int:
+    """The count a fractional GPU quantity rounds up to (at least 1): ``0.5`` and ``500m`` are 1."""
+    match = re.fullmatch(r"([0-9.]+)([mun]?)", str(value).strip())
+    try:
+        number = Decimal(match.group(1)).scaleb(-{"": 0, "m": 3, "u": 6, "n": 9}[match.group(2)]) if match else None
+    except InvalidOperation:
+        number = None
+    return max(1, int(number.to_integral_value(rounding=ROUND_CEILING))) if number is not None else 1
 
 
 def resource_errors(pod_spec: dict, field_prefix: str = "spec") -> list[SpecError]:
@@ -66,7 +92,8 @@ def resource_errors(pod_spec: dict, field_prefix: str = "spec") -> list[SpecErro
             for name in sorted({*requests, *limits}):
                 if not str(name).startswith(GPU_PREFIX):
                     continue
-                for where, values in (("requests", requests), ("limits", limits)):
+                # requests default to the limits before validation, so a bad limit is reported twice
+                for where, values in (("limits", limits), ("requests", {**limits, **requests})):
                     if name in values:
                         text, whole = _quantity(values[name])
                         if not whole:
@@ -133,9 +160,7 @@ def _fixed_resources(container: dict) -> str:
     requests, limits = dict(resources.get("requests") or {}), dict(resources.get("limits") or {})
     for name in [n for n in {*requests, *limits} if str(n).startswith(GPU_PREFIX)]:
         wanted = limits.get(name, requests.get(name))
-        text, whole = _quantity(wanted)
-        count = text if whole else str(max(1, int(float(re.sub(r"[^0-9.]", "", text) or "1") + 0.999)))
-        limits[name] = int(count)
+        limits[name] = _whole_devices(wanted)
         requests.pop(name, None)
     fixed = {"limits": limits}
     if requests:
@@ -155,16 +180,15 @@ def lint_document(document: dict, root: yaml.Node, source: str, nvidia_default: 
         return []
     name = (document.get("metadata") or {}).get("name", "?")
     findings = []
-    seen_containers: set[tuple[str, int]] = set()
+    by_container: dict[tuple[str, int], list[SpecError]] = {}
     for error in resource_errors(spec, ".".join(spec_path)):
         group, index = re.search(r"\.(initContainers|containers)\[(\d+)\]", error.field).groups()
-        line = _line_of(root, spec_path, error.field)
-        container = spec[group][int(index)]
-        fix = "" if (group, int(index)) in seen_containers else (
-            f"GPUs are set in limits (requests default to them), as whole numbers:\n{_fixed_resources(container)}")
-        seen_containers.add((group, int(index)))
-        findings.append(LintFinding(source, line, f'{kind} "{name}" is invalid: {error}',
-                                    fix or "(see the fix above for this container)"))
+        by_container.setdefault((group, int(index)), []).append(error)
+    for (group, index), errors in by_container.items():  # one finding per container, as the API lists them
+        line = _line_of(root, spec_path, errors[0].field)
+        fix = ("GPUs are set in limits (requests default to them), as whole numbers:\n"
+               f"{_fixed_resources(spec[group][index])}")
+        findings.append(LintFinding(source, line, f'{kind} "{name}" is invalid: ' + ", ".join(map(str, errors)), fix))
     if not nvidia_default and gpu_containers(spec) and spec.get("runtimeClassName") != RUNTIME_CLASS:
         line = (_node_at(root, spec_path) or root).start_mark.line + 1
         have = spec.get("runtimeClassName")

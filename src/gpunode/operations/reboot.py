@@ -66,25 +66,33 @@ def evict_gpu_pods(target: Host, settings: ClusterSettings, node: str, timeout: 
         return found
 
     deadline = time.monotonic() + timeout
+    refused: dict[str, str] = {}  # ns/name -> the API server's last word on evicting it
     while True:
         pods = api_call(settings, f"list GPU pods on {node}", gpu_pods)
         if not pods:
             return
         for pod in pods:
+            name = f"{pod.metadata.namespace}/{pod.metadata.name}"
             eviction = Pod.Eviction(metadata=ObjectMeta(name=pod.metadata.name, namespace=pod.metadata.namespace))
             try:
-                api_call(settings, f"evict {pod.metadata.namespace}/{pod.metadata.name}",
+                api_call(settings, f"evict {name}",
                          lambda client, p=pod, e=eviction: client.create(e, p.metadata.name,
                                                                          namespace=p.metadata.namespace))
-                target.log(f"evicted {pod.metadata.namespace}/{pod.metadata.name}")
+                target.log(f"evicted {name}")
             except GpunodeError as error:
                 cause = error.__cause__
                 if not (isinstance(cause, ApiError) and cause.status.code == 429):  # 429: a PDB says not yet
                     raise
+                said = cause.status.message or ""
+                causes = [c.message for c in ((cause.status.details.causes or []) if cause.status.details else [])
+                          if c.message]
+                refused[name] = " ".join([said, *causes]).strip()
         if time.monotonic() > deadline:
-            left = ", ".join(f"{p.metadata.namespace}/{p.metadata.name}" for p in pods)
-            raise GpunodeError(f"GPU pods still on {node} after {timeout} s (PodDisruptionBudgets?): {left}",
-                               "free them by hand, or raise reboot_timeout")
+            names = [f"{p.metadata.namespace}/{p.metadata.name}" for p in pods]
+            left = "; ".join(n + (f" (eviction refused: {refused[n]})" if n in refused else "") for n in names)
+            raise GpunodeError(f"GPU pods still on {node} after {timeout} s: {left}",
+                               "the node stays cordoned; relax the PodDisruptionBudget or move the pods by hand, "
+                               "then re-run (or raise reboot_timeout)")
         time.sleep(POLL_SECONDS)
 
 

@@ -261,9 +261,13 @@ def start(paths: SimPaths, services: dict[str, int], record: Record, say: Callab
 
 
 def _bootstrap_objects(kubeconfig: Path) -> None:
-    """What a cluster admin would add: the viewer user's binding to the built-in ``view`` ClusterRole."""
+    """What a cluster admin would add: the viewer user's binding to the built-in ``view`` ClusterRole.
+
+    Returns once the controller manager has aggregated ``view``'s rules (until then it grants nothing).
+    """
     from lightkube import Client, KubeConfig
     from lightkube.codecs import from_dict
+    from lightkube.resources.rbac_authorization_v1 import ClusterRole
 
     client = Client(KubeConfig.from_file(kubeconfig).get("gpunode-sim"), field_manager="gpunode-sim",
                     trust_env=False)
@@ -273,6 +277,12 @@ def _bootstrap_objects(kubeconfig: Path) -> None:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "gpunode-viewer"}]})
     client.apply(binding, force=True)
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not client.get(ClusterRole, "view").rules:
+        if time.monotonic() > deadline:
+            raise GpunodeError("the controller manager did not aggregate the view ClusterRole's rules",
+                               "see run/kube-controller-manager.log")
+        time.sleep(0.2)
 
 
 def stop(services: dict[str, int], timeout: float = 20) -> None:

@@ -220,6 +220,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
             error = _start_kubelet(node, state)
             if error:
                 waits[node.spec.name] = error
+    waits.update(_wait_registered(paths, [n.spec.name for n in to_wait if waits.get(n.spec.name) is None]))
     for node in nodes:
         spec = node.spec
         if any(r.name == spec.name for r in report.nodes):
@@ -250,6 +251,31 @@ def _start_kubelet(node: SimNode, state: FleetState) -> str | None:
 
     node.start_kubelet(pid1, record)
     return None
+
+
+def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
+    """Wait until each node's kubelet registered a Ready Node; name -> why not, for those that did not."""
+    from lightkube import Client, KubeConfig
+    from lightkube.resources.core_v1 import Node
+
+    if not names:
+        return {}
+    client = Client(KubeConfig.from_file(paths.kubeconfig).get("gpunode-sim"), trust_env=False, timeout=10)
+    deadline = time.monotonic() + READY_TIMEOUT
+    waiting = set(names)
+    while waiting and time.monotonic() < deadline:
+        try:
+            for node in client.list(Node):
+                ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) \
+                    if node.status else None
+                if ready is not None and ready.status == "True":
+                    waiting.discard(node.metadata.name)
+        except Exception:  # noqa: BLE001, S110 - the API may be busy: asked again until the deadline
+            pass
+        if waiting:
+            time.sleep(0.2)
+    return {name: f"its kubelet did not register a Ready Node within {READY_TIMEOUT:.0f} s (see the node's "
+                  "/var/log/gpunode-kubelet.log)" for name in waiting}
 
 
 def _delete_node_objects(paths: SimPaths, names: list[str], say: Say) -> None:

@@ -36,7 +36,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from gpunode.sim.kubelet import KubeletStandin
-from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, launch
+from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, kill, launch
 
 SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 UNMOUNTED_SOCKET_DIR = "/var/lib/gpunode-sim/not-mounted/device-plugins"  # never created
@@ -528,10 +528,12 @@ class Agent:
         with self.lock:
             for key in [k for k in self.containers if k not in live or not is_daemon(live[k])]:
                 to_stop.append(self.containers.pop(key))
-            for key in [k for k in self.workloads if k not in live]:
-                del self.workloads[key]
+            gone = [self.workloads.pop(k) for k in [k for k in self.workloads if k not in live]]
         for container in to_stop:
             container.stop()
+        for workload in gone:
+            if workload.outcome is not None and workload.outcome.phase == "Running":
+                threading.Thread(target=kill, args=(workload.name,), daemon=True).start()
         for key, pod in terminating.items():  # containers stopped: the kubelet ends the pod's deletion
             try:
                 self.api.finish_deletion(pod["metadata"]["namespace"], pod["metadata"]["name"],

@@ -133,6 +133,14 @@ def admit(kubelet: KubeletStandin, container: dict, taken: set[str]) -> tuple[di
     return env, devices
 
 
+def kill(pod: str) -> None:
+    """Stop a running workload container (its pod was deleted): the kubelet kills what it no longer wants."""
+    if shutil.which("dockerd"):
+        _run(["docker", "kill", pod], 30)
+    else:
+        _run(["ctr", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", pod], 30)
+
+
 def launch(pod: str, container: dict, env: dict[str, str], handler: str) -> Outcome:
     """Run the container to its end (restartPolicy Never) with the node's runtime."""
     command = [*(container.get("command") or []), *(container.get("args") or [])] or ["sh", "-c", "true"]
