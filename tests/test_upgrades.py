@@ -34,7 +34,7 @@ def boot_id(fleet: dict, node: str) -> str:
 def test_an_upgrade_without_reboot_is_reported_for_that_node_and_nothing_else_changes(
         fleet: dict, tmp_path: Path) -> None:
     holder = gpunode("sim", "run", "busy-a100", "--gpus", "1", "--node-selector", "accelerator=nvidia-a100",
-                     "--timeout", "2", "--", "sleep", "120", env=fleet["env"], check=False)
+                     "--timeout", "2", "--", "sleep", "900", env=fleet["env"], check=False)
     assert "busy-a100 on node01: Running" in holder.stdout, holder.stdout + holder.stderr
     gpunode("sim", "driver", "node01", "--version", NEW_DRIVER, "--no-reboot", env=fleet["env"])
     assert "Driver/library version mismatch" in ssh(fleet, "node01", "nvidia-smi -L 2>&1 || true")
@@ -62,7 +62,7 @@ def wait_for_budget(fleet: dict) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         pdb = api(fleet).get(PodDisruptionBudget, "busy-a100", namespace="default")
-        if pdb.status and pdb.status.observedGeneration == pdb.metadata.generation and pdb.status.expectedPods:
+        if pdb.status and pdb.status.observedGeneration == pdb.metadata.generation:
             return
         time.sleep(0.5)
     raise AssertionError("the disruption controller did not compute the budget")

@@ -229,7 +229,7 @@ def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tm
     ds = client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE).to_dict()
     containers = ds["spec"]["template"]["spec"]["containers"]
     for container in containers:
-        container.pop("volumeMounts", None)
+        container["volumeMounts"] = None  # strategic merge patch: null removes the list
     client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"containers": containers}}}},
                  namespace=NAMESPACE, field_manager="kubectl-edit")
     try:

@@ -59,6 +59,26 @@ def build_kubernetes() -> None:
     click.echo(str(folder))
 
 
+@sim.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def kubectl(args: tuple[str, ...]) -> None:
+    """Run the fleet's kubectl (built with its control plane) against its kubeconfig.
+
+    \b
+    Examples:
+      gpunode sim kubectl get nodes -L accelerator,nvidia.com/gpu.product
+      gpunode sim kubectl get pods -A -o wide
+      gpunode sim kubectl --context gpunode-sim-viewer auth can-i list nodes
+    """
+    from gpunode.sim.kubernetes import require
+
+    paths = SimPaths.from_env()
+    if not paths.kubeconfig.exists():
+        raise GpunodeError("no simulated control plane is running", "start the fleet with 'gpunode sim up'")
+    binary = require(paths.cache) / "kubectl"
+    os.execv(binary, [str(binary), "--kubeconfig", str(paths.kubeconfig), *args])
+
+
 @sim.command()
 @click.option("-n", "--nodes", "count", type=int, default=None, help="Number of nodes (default 3).")
 @click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), default=None,
