@@ -87,7 +87,7 @@ def go_binary() -> str:
 
 def _go(args: list[str], cwd: Path, log: Path) -> subprocess.CompletedProcess[str]:
     go = go_binary()
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false"}
+    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false", "GOTOOLCHAIN": "local"}
     with log.open("a") as handle:
         handle.write(f"$ go {' '.join(args)}\n")
         handle.flush()
@@ -114,7 +114,7 @@ def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Pa
         f"etcd from the Go module proxy, once per machine; log: {log}")
     download = subprocess.run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
                               capture_output=True, text=True, cwd=work, check=False,
-                              env={**os.environ, "GOFLAGS": "-mod=mod"})
+                              env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"})
     if download.returncode != 0:
         raise GpunodeError(f"cannot fetch k8s.io/kubernetes v{version}: {download.stdout.strip()[-400:]}"
                            f"{download.stderr.strip()[-400:]}", "check that the Go module proxy is reachable")
