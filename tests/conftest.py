@@ -25,6 +25,13 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     wanted = os.environ.get("GPUNODE_PYINFRA_DATA_TESTS") == "1"
     return (collection_path.name in PYINFRA_DATA_TESTS) != wanted
+LAST = "test_packaging.py"  # its pyinfra bootstrap must find the session fleet bootstrapped by the others
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name == LAST)  # stable: file order otherwise
+
+
 GPUNODE = [sys.executable, "-m", "gpunode.cli"]
 
 

@@ -14,7 +14,7 @@ from gpunode.diagnosis import toolkit as toolkit_diagnosis
 from gpunode.diagnosis import toolkit_repo as repo_diagnosis
 from gpunode.settings import NodeSettings
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "nvidia-ctk"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-ctk"
 
 A100 = {
     "nvidia_smi": {"rc": 0, "output": ["..."], "gpus": [

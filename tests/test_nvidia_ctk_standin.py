@@ -1,6 +1,6 @@
 """The simulated ``nvidia-ctk`` writes what the real 1.17.8 and 1.20.0 write.
 
-Every case captured from the real tool in ``shared/fixtures/nvidia-ctk`` is
+Every case captured from the real tool in ``tests/fixtures/nvidia-ctk`` is
 replayed against the stand-in; the written TOML/JSON must be semantically equal
 (same parsed document) and the exit code and log messages must match.
 """
@@ -19,7 +19,7 @@ import pytest
 
 from gpunode.sim.aptrepo import render_standin
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "nvidia-ctk"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-ctk"
 CASES = sorted(p for p in FIXTURES.glob("v*/*") if p.is_dir() and (p / "cmd").exists())
 
 

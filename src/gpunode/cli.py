@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from pathlib import Path
 
 import click
 
@@ -14,6 +16,7 @@ class LazyGroup(click.Group):
     """Loads a subcommand's module only when it is used (the simulator is not imported otherwise)."""
 
     lazy = {"sim": ("gpunode.sim.cli", "sim")}
+    needs = {"sim": ("gpunode_plugin",)}  # what the extra of the same name installs
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -21,6 +24,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
             module_name, attribute = self.lazy[name]
+            missing = next((m for m in self.needs.get(name, ()) if importlib.util.find_spec(m) is None), None)
+            if missing:
+                raise click.ClickException(f"gpunode {name} needs the {missing} package, which is not installed: "
+                                           f"pip install 'gpunode[{name}]'")
             module = __import__(module_name, fromlist=[attribute])
             return getattr(module, attribute)
         return super().get_command(ctx, name)
@@ -68,13 +75,41 @@ def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_p
     sys.exit(code)
 
 
+@cli.command(name="init")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--sim", is_flag=True, help="Also write inventories/sim.py (the running simulated fleet).")
+@click.option("--force", is_flag=True, help="Overwrite files that exist (they are kept by default).")
+def init(directory: str, sim: bool, force: bool) -> None:
+    """Write a pyinfra project of your own: inventory, group_data, deploys and a CI workflow.
+
+    \b
+    Examples:
+      gpunode init gpu-fleet && cd gpu-fleet
+      pyinfra inventories/prod.py deploys/bootstrap.py
+      gpunode init gpu-fleet --sim    # plus inventories/sim.py for 'gpunode sim up'
+    """
+    from gpunode.init import init_project
+
+    result = init_project(Path(directory), sim, force)
+    for path in result.written:
+        click.echo(f"wrote {Path(directory) / path}")
+    for path in result.kept:
+        click.echo(f"kept  {Path(directory) / path} (exists; --force overwrites it)")
+    click.echo(f"next: put your hosts in {Path(directory) / 'inventories/prod.py'}, then, in {directory}:\n"
+               "  pyinfra inventories/prod.py deploys/bootstrap.py\n"
+               "  gpunode verify inventories/prod.py --junit-xml verify.xml")
+
+
+DEFAULT_REPORT = "reports/gpunode-deploy-report.json"  # never the project's root; reports/ is for gitignore
+
+
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @click.argument("steps", nargs=-1)
 @click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
 @click.option("--dry", is_flag=True, help="Show what would change; exit 2 if anything would (drift gate).")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False), default="gpunode-deploy-report.json",
-              show_default=True, help="Where to write the JSON report of what changed per host.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=DEFAULT_REPORT, show_default=True,
+              help="Where to write the JSON report of what changed per host (its folder is made).")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: bool, report_path: str,
            data: tuple[str, ...]) -> None:
@@ -108,11 +143,12 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
 
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
-def render(inventory: str) -> None:
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+def render(inventory: str, data: tuple[str, ...]) -> None:
     """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
 
-    Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy and
-    nvidia_runtime_default from the inventory's data (group_data/all.py).
+    Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy,
+    nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py).
 
     \b
     Example:
@@ -120,9 +156,9 @@ def render(inventory: str) -> None:
     """
     from gpunode.cluster.manifests import ManifestSettings
     from gpunode.cluster.manifests import render as render_manifests
-    from gpunode.verify.targets import load_inventory
+    from gpunode.verify.targets import load_inventory, parse_data
 
-    targets = load_inventory(inventory)
+    targets = load_inventory(inventory, data=parse_data(list(data)))
     click.echo(render_manifests(ManifestSettings.from_data(targets[0].data)), nl=False)
 
 

@@ -135,6 +135,7 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
                                 "skipped": f"roll stopped: {', '.join(failed) or 'a host'} failed"}
             break
     if report_path:
+        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
         Path(report_path).write_text(json.dumps({"inventory": inventory, "dry": dry, "hosts": report}, indent=2)
                                      + "\n")
     if code:

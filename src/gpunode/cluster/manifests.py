@@ -1,4 +1,9 @@
-"""The Kubernetes manifests gpunode applies, rendered from templates/ with inventory data."""
+"""The Kubernetes manifests gpunode applies, rendered from Jinja2 templates with inventory data.
+
+The templates ship inside the package (``gpunode/templates``; ``templates/`` at
+the top of the repository points there). A user's own copy in the folder the
+inventory key ``templates_dir`` names overrides them, file by file.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import yaml
 
 from gpunode.errors import GpunodeError
 
-TEMPLATES = Path(__file__).resolve().parents[3] / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 
@@ -24,6 +29,7 @@ class ManifestSettings:
     mig_strategy: str = "none"
     device_list_strategy: str = "envvar"
     nvidia_runtime_default: bool = False
+    templates_dir: str = ""
 
     @classmethod
     def from_data(cls, data: dict) -> ManifestSettings:
@@ -33,6 +39,7 @@ class ManifestSettings:
             mig_strategy=str(data.get("plugin_mig_strategy", cls.mig_strategy)),
             device_list_strategy=str(data.get("plugin_device_list_strategy", cls.device_list_strategy)),
             nvidia_runtime_default=str(data.get("nvidia_runtime_default", False)).lower() in ("true", "1", "yes"),
+            templates_dir=str(data.get("templates_dir") or ""),
         )
         if settings.mig_strategy not in MIG_STRATEGIES:
             raise GpunodeError(f"plugin_mig_strategy {settings.mig_strategy!r} is not one of "
@@ -43,10 +50,34 @@ class ManifestSettings:
         return settings
 
 
+def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> list[str]:
+    """Where templates are looked up, first match wins: the user's ``templates_dir``, then gpunode's own."""
+    dirs = []
+    if settings.templates_dir:
+        own = Path(settings.templates_dir).expanduser()
+        if not own.is_dir():
+            raise GpunodeError(f"templates_dir {own} is not a folder",
+                               "point templates_dir at a folder with your device-plugin.yaml.j2 (gpunode init DIR "
+                               "writes a copy to start from), or remove the key to use gpunode's own templates")
+        dirs.append(str(own))
+    dirs.append(str(templates))
+    return dirs
+
+
 def render(settings: ManifestSettings, templates: Path = TEMPLATES) -> str:
-    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates)),
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dirs(settings, templates)),
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return environment.get_template("device-plugin.yaml.j2").render(**vars(settings))
+    try:
+        template = environment.get_template("device-plugin.yaml.j2")
+    except jinja2.TemplateNotFound as error:
+        raise GpunodeError(f"template {error.name} not found in {', '.join(template_dirs(settings, templates))}",
+                           "reinstall gpunode (its templates ship in the package), or put the file in "
+                           "templates_dir") from error
+    try:
+        return template.render(**vars(settings))
+    except jinja2.TemplateError as error:
+        raise GpunodeError(f"template {template.filename} cannot be rendered: {error}",
+                           "fix the template (Jinja2), or remove templates_dir to use gpunode's own") from error
 
 
 def documents(text: str) -> list[dict]:

@@ -6,7 +6,7 @@ baked into the package (``TOOLKIT_VERSION``): toolkit < 1.18 edits the main
 config in place; 1.18 and later write a drop-in that snapshots the whole CRI
 plugin table and add an ``imports`` line to the main config. Both rewrite the
 files they touch with sorted keys and without comments, as the Go tool does.
-The behaviour is checked against captures of the real tool (shared fixtures).
+The behaviour is checked against captures of the real tool (tests/fixtures/nvidia-ctk).
 
 Stdlib only: it runs under the node's own Debian python3.
 """
