@@ -187,6 +187,40 @@ def test_invalid_toml_is_refused_with_its_location() -> None:
     assert "line 2" in findings[0].evidence[0]
 
 
+SCHEMA1_WITH_NVIDIA = """[plugins.cri.containerd]
+  default_runtime_name = "runc"
+[plugins.cri.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins.cri.containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins.cri.containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+def test_a_versionless_schema_1_config_is_read_with_the_cri_plugin_name() -> None:
+    findings = runtime_diagnosis.diagnose(containerd_state(SCHEMA1_WITH_NVIDIA, SCHEMA1_WITH_NVIDIA), NodeSettings())
+    assert findings == []
+    without = SCHEMA1_WITH_NVIDIA.split("[plugins.cri.containerd.runtimes.nvidia]")[0]
+    assert {f.code for f in runtime_diagnosis.diagnose(containerd_state(without, without), NodeSettings())} == {
+        "nvidia-runtime-missing"}
+
+
+def test_a_dump_that_is_not_toml_is_a_finding_not_a_crash() -> None:
+    state = containerd_state(SCHEMA1_WITH_NVIDIA, "WARN[0000] something\nversion = 2\n")
+    findings = runtime_diagnosis.diagnose(state, NodeSettings())
+    assert [f.code for f in findings] == ["dump-unreadable"]
+    assert findings[0].evidence[1] == "containerd config dump: WARN[0000] something"
+
+
+def test_a_rejected_config_quotes_what_containerd_said_on_stderr() -> None:
+    state = containerd_state(SCHEMA1_WITH_NVIDIA, "")
+    state["containerd_dump"] = {"rc": 1, "text": "", "stderr": "containerd: failed to load TOML: bad key"}
+    findings = runtime_diagnosis.diagnose(state, NodeSettings())
+    assert [f.code for f in findings] == ["config-rejected"]
+    assert findings[0].evidence == ["containerd config dump: containerd: failed to load TOML: bad key"]
+
+
 def test_stopped_runtime() -> None:
     text = fixture("v1.17.8", "ctrd-containerd-1.6.20-default")
     findings = runtime_diagnosis.diagnose(containerd_state(text, text, active="inactive"), NodeSettings())

@@ -247,6 +247,26 @@ def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tm
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 
+GARBAGE_SMI = ("printf '#!/bin/sh\\necho \"a, b, c, d, e, f, g, h\"\\necho \"\\\\001garbage\" >&2\\n'"
+               " > /usr/local/bin/nvidia-smi && chmod +x /usr/local/bin/nvidia-smi")
+
+
+def test_a_node_whose_nvidia_smi_prints_garbage_fails_alone(fleet: dict, tmp_path: Path) -> None:
+    ssh(fleet, "node01", GARBAGE_SMI)  # first on PATH: the driver facts read junk rows
+    try:
+        result, report = deploy(fleet, tmp_path)
+        output = result.stdout + result.stderr
+        assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+        assert report["node01"]["failed"], report
+        assert not report["node02"]["failed"] and not report["node03"]["failed"], report
+        code, found = doctor(fleet)
+        assert code == 1 and problem(found, "node01")["link"] == "driver"
+        assert [p["subject"] for p in found["problems"]] == ["node01"]
+    finally:
+        ssh(fleet, "node01", "rm -f /usr/local/bin/nvidia-smi")
+    assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
 def test_an_nvswitch_node_without_fabric_manager(tmp_path: Path, sim_env: dict[str, str]) -> None:
     """On a fleet of its own (one HGX H100 node): the fabric manager down is the driver step's failure."""
     env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "21"}

@@ -15,8 +15,11 @@ from gpunode.facts.runtime import CONTAINERD_CONFIG, DOCKER_CONFIG
 from gpunode.settings import NodeSettings
 
 STEP = "runtime"
+CDI_SINCE = (1, 7)  # containerd 1.6 has no enable_cdi
 RUNTIME_BINARY = "/usr/bin/nvidia-container-runtime"
-CRI_PLUGINS = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# the CRI plugin's table per config version: version 1 (no version key, still read by containerd 1.6 and 1.7)
+# names it "cri"
+CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 
 
 def fail(code: str, what: str, evidence: list[str], fix: str) -> Finding:
@@ -51,9 +54,16 @@ def json_error(text: str) -> str | None:
     return None
 
 
+def config_version(config: dict) -> int:
+    """The config's schema version as containerd reads it: a file without ``version`` is version 1."""
+    version = config.get("version", 1)
+    return version if isinstance(version, int) and version in CRI_PLUGINS else 2
+
+
 def cri_table(config: dict) -> dict:
-    version = int(config.get("version", 2))
-    return config.get("plugins", {}).get(CRI_PLUGINS.get(version, CRI_PLUGINS[2]), {})
+    plugins = config.get("plugins")
+    table = plugins.get(CRI_PLUGINS[config_version(config)]) if isinstance(plugins, dict) else None
+    return table if isinstance(table, dict) else {}
 
 
 def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
@@ -87,10 +97,17 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
         written.append(document)
     dump = state["containerd_dump"]
     if dump is None or dump["rc"] != 0:
+        said = (dump.get("stderr") or dump["text"]).splitlines()[-3:] if dump else []
         return [fail("config-rejected", "containerd rejects its configuration ('containerd config dump' failed)",
-                     (dump["text"].splitlines()[-3:] if dump else ["containerd config dump: not run"]),
+                     [f"containerd config dump: {line}" for line in said] or ["containerd config dump: not run"],
                      f"repair {CONTAINERD_CONFIG}; 'containerd config dump' must succeed")]
-    effective = tomllib.loads(dump["text"])
+    effective, error = parse_toml(dump["text"])
+    if error:
+        return [fail("dump-unreadable", "'containerd config dump' printed something that is not TOML",
+                     [f"parser: {error}", *(f"containerd config dump: {line}"
+                                             for line in dump["text"].splitlines()[:2])],
+                     "run 'containerd config dump' on the node and look at what it prints (a wrapper script or "
+                     "an unusual containerd build)")]
     cri = cri_table(effective)
     runtimes = cri.get("containerd", {}).get("runtimes", {})
     findings = []
@@ -117,7 +134,15 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> list[Finding]:
                              f"asks for {want} (nvidia_runtime_default: {settings.nvidia_runtime_default})",
                              [f"containerd config dump: default_runtime_name = {default!r}"],
                              "re-run deploys/runtime.py"))
-    if settings.cdi_enabled and not cri.get("enable_cdi", False):
+    version = state.get("containerd_version")
+    if settings.cdi_enabled and version and tuple(int(p) for p in version.split(".")[:2]) < CDI_SINCE:
+        findings.append(fail("cdi-unsupported", f"cdi_enabled asks for CDI, but containerd {version} does not know "
+                             "enable_cdi (it drops the key from its effective config); CDI in the CRI plugin needs "
+                             f"containerd {'.'.join(map(str, CDI_SINCE))} or newer",
+                             [f"containerd --version: {version}"],
+                             "upgrade containerd on this node, or set cdi_enabled = False for it (the device plugin's "
+                             "envvar or volume-mounts strategy works without CDI)"))
+    elif settings.cdi_enabled and not cri.get("enable_cdi", False):
         findings.append(fail("cdi-missing", "CDI is not enabled in containerd's CRI plugin (cdi_enabled: true)",
                              ["containerd config dump: enable_cdi is false"], "re-run deploys/runtime.py"))
     status = state.get("cri_status")

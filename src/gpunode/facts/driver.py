@@ -73,6 +73,8 @@ class DriverState(FactBase):
                     cap = None
                 else:
                     continue
+                if not index.isdigit():  # not a row of the query: the diagnosis quotes the output as it came
+                    continue
                 gpus.append({
                     "index": int(index), "name": name, "uuid": uuid,
                     "memory_mib": int(memory) if memory.isdigit() else None,

@@ -8,6 +8,8 @@ merges drop-ins (``imports``), so both toolkit layouts (in-place 1.17, drop-in
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 
 from pyinfra.api import FactBase
 
@@ -16,6 +18,20 @@ from gpunode.facts.sections import exit_code, section, split_sections
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_DROPIN_DIR = "/etc/containerd/conf.d"
 DOCKER_CONFIG = "/etc/docker/daemon.json"
+
+
+def containerd_version(lines: list[str]) -> str | None:
+    """``1.6.20`` from ``containerd --version`` (``containerd <package> 1.6.20~ds1 <commit>``), None if absent."""
+    match = re.search(r"\sv?(\d+\.\d+\.\d+)", " " + " ".join(lines[:1]))
+    return match.group(1) if match else None
+
+
+def _b64(text: str) -> str:
+    """A file's content as the command sent it; text that is not base64 is shown as it came, never raised."""
+    try:
+        return base64.b64decode(text, validate=True).decode(errors="replace")
+    except (binascii.Error, ValueError):
+        return f"(not base64, as printed by the host: {text[:200]!r})"
 
 
 def _encoded(path: str) -> str:
@@ -31,11 +47,13 @@ class RuntimeConfig(FactBase):
             "installed": ["containerd", "docker"], "active": {"containerd": "active", "docker": "active"},
             "containerd_config": "version = 2 ...",        # None when the file is absent
             "containerd_dropins": {"/etc/containerd/conf.d/99-nvidia.toml": "..."},
-            "containerd_dump": {"rc": 0, "text": "..."},   # None when containerd is not installed
+            "containerd_dump": {"rc": 0, "text": "...",    # stdout; None when containerd is not installed
+                                "stderr": ""},             # its warnings and errors, apart from the TOML
             "containerd_default": "...",                   # 'containerd config default', only when the
                                                            # config is absent or has no runc runtime
             "docker_config": "{...}",                      # None when /etc/docker/daemon.json is absent
             "cri_status": "ok",                            # containerd's CRI plugin (ctr plugins ls), None if unknown
+            "containerd_version": "1.6.20",                # from 'containerd --version', None if unknown
         }
     """
 
@@ -50,12 +68,17 @@ class RuntimeConfig(FactBase):
             section("containerd_config"), _encoded(CONTAINERD_CONFIG),
             section("containerd_dropins"),
             f"for f in {CONTAINERD_DROPIN_DIR}/*.toml; do [ -f \"$f\" ] && echo \"$f $(base64 -w0 \"$f\")\"; done",
-            section("containerd_dump"),
-            "if command -v containerd >/dev/null 2>&1; then containerd config dump 2>&1; echo rc=$?; fi",
+            section("containerd_dump"),  # stdout alone (TOML); stderr (warnings, errors) in the next section
+            "if command -v containerd >/dev/null 2>&1; then exec 3>&1;"
+            " gpunode_dump_err=$(containerd config dump 2>&1 1>&3); echo rc=$?; exec 3>&-; fi",
+            section("containerd_dump_stderr"),
+            '[ -n "${gpunode_dump_err:-}" ] && printf "%s\\n" "$gpunode_dump_err"',
             section("containerd_default"),
             f"if command -v containerd >/dev/null 2>&1 && ! grep -qs 'runtimes.runc' {CONTAINERD_CONFIG}; then"
             " containerd config default 2>/dev/null; fi",
             section("docker_config"), _encoded(DOCKER_CONFIG),
+            section("containerd_version"),
+            "if command -v containerd >/dev/null 2>&1; then containerd --version 2>/dev/null; fi",
             section("cri"),
             "if command -v ctr >/dev/null 2>&1; then ctr plugins ls 2>/dev/null | awk '$2==\"cri\"{print $4}'; fi",
             "true",
@@ -67,12 +90,12 @@ class RuntimeConfig(FactBase):
         def decoded(lines: list[str] | None) -> str | None:
             if not lines or lines[0] != "present":
                 return None
-            return base64.b64decode(lines[1] if len(lines) > 1 else "").decode(errors="replace")
+            return _b64(lines[1] if len(lines) > 1 else "")
 
         dropins = {}
         for line in parts.get("containerd_dropins", []):
             path, _, encoded = line.partition(" ")
-            dropins[path] = base64.b64decode(encoded).decode(errors="replace")
+            dropins[path] = _b64(encoded)
         dump = parts.get("containerd_dump")
         rc, dump_lines = exit_code(dump or [])
         default = parts.get("containerd_default") or []
@@ -85,8 +108,11 @@ class RuntimeConfig(FactBase):
             "active": active,
             "containerd_config": decoded(parts.get("containerd_config")),
             "containerd_dropins": dropins,
-            "containerd_dump": None if dump is None or rc is None else {"rc": rc, "text": "\n".join(dump_lines)},
+            "containerd_dump": None if dump is None or rc is None else {
+                "rc": rc, "text": "\n".join(dump_lines),
+                "stderr": "\n".join(parts.get("containerd_dump_stderr") or [])},
             "containerd_default": "\n".join(default) + "\n" if default else None,
             "docker_config": decoded(parts.get("docker_config")),
             "cri_status": (parts.get("cri") or [None])[0],
+            "containerd_version": containerd_version(parts.get("containerd_version") or []),
         }

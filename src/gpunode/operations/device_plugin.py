@@ -36,6 +36,8 @@ POLL_SECONDS = 1.0
 _rolling: WeakKeyDictionary[State, bool] = WeakKeyDictionary()
 # Hosts whose plugin pod this run restarts (a new driver): their allocatable check waits for the new pod.
 _replugged: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
+# the plugin pod this run deleted on a host (driver changed): the allocatable check waits for its successor
+_replaced: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
 
 
 def stamped(document: dict) -> dict:
@@ -136,10 +138,14 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
         state = fresh_driver_state(target)
         expected = len(state["nvidia_smi"]["gpus"]) if state else 0
     deadline = time.monotonic() + settings.allocatable_timeout
+    replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
     while True:
+        pod = read_plugin_pod(settings, namespace, node) if replaced else None
+        fresh = pod is None or (pod.exists and pod.name != replaced and pod.ready)
         current = read_node(settings, node)
-        if allocatable_gpus(current) == expected:
-            target.log(f"{node}: {expected} allocatable nvidia.com/gpu")
+        if fresh and allocatable_gpus(current) == expected:
+            target.log(f"{node}: {expected} allocatable nvidia.com/gpu"
+                       + (f" (from the new plugin pod {pod.name})" if pod else ""))
             return
         if time.monotonic() > deadline:
             findings = diagnose(read_rollout(settings, namespace), read_plugin_pod(settings, namespace, node),
@@ -148,7 +154,12 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
                 finding = findings[0]
                 raise GpunodeError(f"{finding.what} (after {settings.allocatable_timeout} s)\n  evidence: "
                                    + "\n            ".join(finding.evidence), finding.fix)
-            return
+            waiting = "" if fresh else (f"; the device-plugin pod that replaces {replaced} is not ready"
+                                        + (f" ({pod.name})" if pod and pod.exists else " (none yet)"))
+            raise GpunodeError(f"{node} offers {allocatable_gpus(current)} allocatable nvidia.com/gpu, its driver "
+                               f"sees {expected}, after {settings.allocatable_timeout} s{waiting}; no cause found",
+                               f"kubectl -n {namespace} get pods -o wide --field-selector spec.nodeName={node}; "
+                               "'gpunode doctor' on the node, or raise allocatable_timeout")
         time.sleep(POLL_SECONDS)
 
 
@@ -164,6 +175,7 @@ def restart_plugin_pod(target: Host, settings: ClusterSettings, node: str, names
         return
     api_call(settings, f"restart {namespace}/{pod.name}",
              lambda client: client.delete(Pod, pod.name, namespace=namespace))
+    _replaced[target] = pod.name
     target.log(f"driver {previous} -> {current}: restarted the device plugin ({pod.name}); its DaemonSet makes a "
                "new one")
 

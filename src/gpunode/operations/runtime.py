@@ -68,7 +68,7 @@ def without_default_nvidia(text: str) -> str | None:
     """``text`` with ``default_runtime_name = "nvidia"`` set back to runc, or None if it does not set it."""
     document = tomlkit.parse(text)
     changed = False
-    for plugin in ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"):
+    for plugin in ("cri", "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"):  # schema 1, 2, 3
         table = document.get("plugins", {}).get(plugin, {}).get("containerd", {})
         if table.get("default_runtime_name") == "nvidia":
             table["default_runtime_name"] = "runc"
@@ -100,7 +100,8 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     findings = failures(diagnose(state, settings))
     runtime = chosen_runtime(state, settings)
     codes = {f.code for f in findings}
-    blocking = [f for f in findings if f.code in ("config-invalid", "config-rejected", "no-runtime")]
+    blocking = [f for f in findings if f.code in ("config-invalid", "config-rejected", "dump-unreadable",
+                                                  "no-runtime", "cdi-unsupported")]
     if blocking:
         yield failing_command("\n".join(str(f) for f in blocking))
         return
