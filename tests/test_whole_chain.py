@@ -267,6 +267,29 @@ def test_a_node_whose_nvidia_smi_prints_garbage_fails_alone(fleet: dict, tmp_pat
     assert deploy(fleet, tmp_path)[0].returncode == 0
 
 
+SCHEMA1 = ('[plugins.cri.containerd]\n  snapshotter = "overlayfs"\n  default_runtime_name = "runc"\n'
+           '[plugins.cri.containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n')
+
+
+def test_a_versionless_schema_1_containerd_config_converges(fleet: dict, tmp_path: Path) -> None:
+    """containerd 1.6 reads it (and warns on stderr); the real nvidia-ctk keeps version 1 and the cri plugin."""
+    ssh(fleet, "node01", "cp /etc/containerd/config.toml /root/config.v2.toml && "
+        f"printf '%s' '{SCHEMA1}' > /etc/containerd/config.toml && systemctl restart containerd")
+    try:
+        result, report = deploy(fleet, tmp_path, "runtime", "--limit", "node01")
+        assert result.returncode == 0 and "Traceback" not in result.stdout + result.stderr, result.stdout[-3000:]
+        assert "Configure the container runtime for the nvidia runtime" in " ".join(report["node01"]["changed"])
+        written = ssh(fleet, "node01", "cat /etc/containerd/config.toml")
+        assert written.startswith("version = 1\n") and "[plugins.cri.containerd.runtimes.nvidia]" in written
+        assert "deprecated" in ssh(fleet, "node01", "containerd config dump 2>&1 >/dev/null")  # the warning
+        assert verify(fleet, tmp_path)[0].returncode == 0
+        assert doctor(fleet)[0] == 0
+        assert deploy(fleet, tmp_path, "runtime", "--limit", "node01")[1]["node01"]["changed"] == []
+    finally:
+        ssh(fleet, "node01", "cp /root/config.v2.toml /etc/containerd/config.toml && systemctl restart containerd")
+    assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
 def test_an_nvswitch_node_without_fabric_manager(tmp_path: Path, sim_env: dict[str, str]) -> None:
     """On a fleet of its own (one HGX H100 node): the fabric manager down is the driver step's failure."""
     env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "21"}

@@ -3,7 +3,9 @@
 Laid out like the real one (``<base>/gpgkey`` and ``<base>/stable/deb/$(ARCH)``,
 a flat repository), signed with a throw-away key, holding the four toolkit
 packages at each simulated version with the real inter-package dependencies.
-The packages carry the stand-in ``nvidia-ctk`` for their version.
+The toolkit packages carry the REAL ``nvidia-ctk`` of their version, built from
+NVIDIA's source (``gpunode.sim.toolkit_build``); ``nvidia-container-runtime`` and
+the rest stay stand-ins, since what they do needs a GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from gpunode.sim import toolkit_build
 from gpunode.sim.hostcmd import run
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
@@ -45,17 +48,20 @@ def render_standin(name: str, **values: str) -> str:
     return text
 
 
-def _recipe_digest() -> str:
+def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
-    for name in ("nvidia_ctk.py", "nvidia_container_runtime.py"):
-        digest.update(render_standin(name).encode())
+    digest.update(render_standin("nvidia_container_runtime.py").encode())
     digest.update(repr(TOOLKIT_VERSIONS).encode())
+    digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> None:
+def _write(path: Path, content: str | bytes, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
     path.chmod(mode)
 
 
@@ -75,7 +81,7 @@ def _control(name: str, version: str, arch: str, depends: str, description: str)
 
 
 def _build_package(work: Path, out: Path, name: str, version: str, arch: str, depends: str,
-                   files: dict[str, tuple[str, int]], conffiles: tuple[str, ...] = ()) -> None:
+                   files: dict[str, tuple[str | bytes, int]], conffiles: tuple[str, ...] = ()) -> None:
     root = work / f"{name}_{version}"
     for path, (text, mode) in files.items():
         _write(root / path.lstrip("/"), text, mode)
@@ -86,7 +92,7 @@ def _build_package(work: Path, out: Path, name: str, version: str, arch: str, de
         what=f"building the simulated package {name} {version}")
 
 
-def build_packages(out: Path, arch: str) -> None:
+def build_packages(out: Path, arch: str, nvidia_ctk: dict[str, Path]) -> None:
     with tempfile.TemporaryDirectory(prefix="gpunode-debs-") as tmp:
         work = Path(tmp)
         libdir = "/usr/lib/x86_64-linux-gnu" if arch == "amd64" else f"/usr/lib/{arch}-linux-gnu"
@@ -104,7 +110,7 @@ def build_packages(out: Path, arch: str) -> None:
             _build_package(
                 work, out, "nvidia-container-toolkit-base", version, arch, "",
                 {
-                    "/usr/bin/nvidia-ctk": (render_standin("nvidia_ctk.py", toolkit_version=upstream), 0o755),
+                    "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
                     "/usr/bin/nvidia-container-runtime": (
                         render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
                     "/etc/nvidia-container-runtime/config.toml": (
@@ -135,19 +141,20 @@ def _make_key(gnupg: Path) -> str:
     return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
 
 
-def build_repo(root: Path) -> RepoInfo:
-    """Build (or reuse) the signed repository under ``root``."""
+def build_repo(root: Path, nvidia_ctk: dict[str, Path]) -> RepoInfo:
+    """Build (or reuse) the signed repository under ``root``, with the real ``nvidia-ctk`` of each version."""
     arch = run(["dpkg", "--print-architecture"], what="reading the host architecture").strip()
     stamp = root / ".recipe"
     fingerprint_file = root / "fingerprint"
-    if stamp.exists() and stamp.read_text() == _recipe_digest() and fingerprint_file.exists():
+    recipe = _recipe_digest(nvidia_ctk)
+    if stamp.exists() and stamp.read_text() == recipe and fingerprint_file.exists():
         return RepoInfo(root, fingerprint_file.read_text().strip(), arch)
     if root.exists():
         shutil.rmtree(root)
     info = RepoInfo(root, "", arch)
     dist = info.dist_dir
     dist.mkdir(parents=True)
-    build_packages(dist, arch)
+    build_packages(dist, arch, nvidia_ctk)
     with tempfile.TemporaryDirectory(prefix="gpunode-gpg-") as gnupg_dir:
         gnupg = Path(gnupg_dir)
         gnupg.chmod(0o700)
@@ -171,5 +178,5 @@ def build_repo(root: Path) -> RepoInfo:
         finally:
             run(["gpgconf", "--kill", "all"], what="stopping gpg-agent", env=env)
     fingerprint_file.write_text(fingerprint + "\n")
-    stamp.write_text(_recipe_digest())
+    stamp.write_text(recipe)
     return RepoInfo(root, fingerprint, arch)

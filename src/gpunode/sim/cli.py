@@ -28,7 +28,7 @@ def sim() -> None:
     container runtime; only the NVIDIA driver layer and the toolkit apt repository are
     stand-ins. The control plane is real Kubernetes (etcd, kube-apiserver,
     kube-controller-manager, kube-scheduler on 127.0.10.254), built once per machine by
-    'gpunode sim build-kubernetes'. State lives in /var/lib/gpunode/sim (GPUNODE_SIM_DIR), cached images in
+    'gpunode sim build'. State lives in /var/lib/gpunode/sim (GPUNODE_SIM_DIR), cached images in
     /var/cache/gpunode (GPUNODE_CACHE_DIR).
 
     \b
@@ -42,21 +42,24 @@ def sim() -> None:
     """
 
 
-@sim.command(name="build-kubernetes")
-def build_kubernetes() -> None:
-    """Build the fleet's control plane (etcd, kube-apiserver, -controller-manager, -scheduler, kubectl) once.
+@sim.command(name="build")
+def build() -> None:
+    """Build the fleet's real components once: Kubernetes (etcd, kube-apiserver, -controller-manager,
+    -scheduler, kubectl) and NVIDIA's nvidia-ctk at each simulated toolkit version.
 
     From the Go module proxy with the machine's Go, into the image cache
-    (/var/cache/gpunode/kubernetes-vX.Y.Z); a later run finds it there at once.
+    (/var/cache/gpunode/kubernetes-vX.Y.Z, nvidia-ctk-vX.Y.Z); a later run finds them there at once.
 
     \b
     Example:
-      gpunode sim build-kubernetes
+      gpunode sim build
     """
-    from gpunode.sim.kubernetes import ensure_built
+    from gpunode.sim import kubernetes, toolkit_build
 
-    folder = ensure_built(SimPaths.from_env().cache, say)
-    click.echo(str(folder))
+    cache = SimPaths.from_env().cache
+    click.echo(str(kubernetes.ensure_built(cache, say)))
+    for binary in toolkit_build.ensure_built(cache, say).values():
+        click.echo(str(binary))
 
 
 @sim.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

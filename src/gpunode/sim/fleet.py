@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim import controlplane, images, prereqs
+from gpunode.sim import controlplane, images, prereqs, toolkit_build
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
 from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
@@ -175,7 +175,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
     write_tools_layer(paths.layer("tools"))
-    repo = build_repo(paths.repo)
+    repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)
     _start_control_plane(paths, state, say)
     key = client_key(paths.ssh)

@@ -15,28 +15,18 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
+from gpunode.sim.gobuild import module_gomod, run_go, write_build_module
 
 KUBERNETES_VERSION = "1.37.2"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 BINARIES = (*KUBE_COMMANDS, "etcd")
 STAMP = "build.json"
-TOOLS_GO = """//go:build tools
-
-// Package kubebuild pins what gpunode's simulated fleet builds; see gpunode.sim.kubernetes.
-package kubebuild
-
-import (
-{imports}
-)
-"""
-
 Say = Callable[[str], None]
 
 
@@ -57,7 +47,7 @@ def require(cache: Path) -> Path:
     folder = built(cache)
     if folder is None:
         raise GpunodeError(f"the Kubernetes control plane v{KUBERNETES_VERSION} is not built in "
-                           f"{binaries_dir(cache)}", "run 'gpunode sim build-kubernetes' (or scripts/setup-host) once "
+                           f"{binaries_dir(cache)}", "run 'gpunode sim build' (or scripts/setup-host) once "
                            "on this machine; it takes about half an hour on 2 cores")
     return folder
 
@@ -77,29 +67,6 @@ def build_module(version: str, kubernetes_gomod: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def go_binary() -> str:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
-    if go is None:
-        raise GpunodeError("building the simulated control plane needs Go (1.25 or newer) on PATH",
-                           "install Go, then run 'gpunode sim build-kubernetes' again")
-    return go
-
-
-def _go(args: list[str], cwd: Path, log: Path) -> subprocess.CompletedProcess[str]:
-    go = go_binary()
-    env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod -buildvcs=false", "GOTOOLCHAIN": "local"}
-    with log.open("a") as handle:
-        handle.write(f"$ go {' '.join(args)}\n")
-        handle.flush()
-        result = subprocess.run([go, *args], cwd=cwd, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True,
-                                check=False)
-    if result.returncode != 0:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise GpunodeError(f"go {' '.join(args[:3])} failed (exit {result.returncode}):\n{tail}",
-                           f"the whole log is {log}")
-    return result
-
-
 def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Path:
     """Build the control plane's binaries unless cached; return their folder."""
     folder = built(cache, version)
@@ -112,19 +79,11 @@ def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Pa
     log.write_text("")
     say(f"building Kubernetes v{version} (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl) and "
         f"etcd from the Go module proxy, once per machine; log: {log}")
-    download = subprocess.run([go_binary(), "mod", "download", "-json", f"k8s.io/kubernetes@v{version}"],
-                              capture_output=True, text=True, cwd=work, check=False,
-                              env={**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"})
-    if download.returncode != 0:
-        raise GpunodeError(f"cannot fetch k8s.io/kubernetes v{version}: {download.stdout.strip()[-400:]}"
-                           f"{download.stderr.strip()[-400:]}", "check that the Go module proxy is reachable")
-    gomod = Path(json.loads(download.stdout)["GoMod"]).read_text()
-    (work / "go.mod").write_text(build_module(version, gomod))
-    (work / "go.sum").unlink(missing_ok=True)
-    imports = "\n".join(f'\t_ "{p}"' for p in (ETCD_PACKAGE, *(f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS)))
-    (work / "tools.go").write_text(TOOLS_GO.format(imports=imports))
+    gomod = module_gomod("k8s.io/kubernetes", f"v{version}")
+    write_build_module(work, build_module(version, gomod),
+                       [ETCD_PACKAGE, *(f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS)], "kubebuild")
     say("resolving modules (go mod tidy)")
-    _go(["mod", "tidy"], work, log)
+    run_go(["mod", "tidy"], work, log)
     out = work / "bin"
     out.mkdir(exist_ok=True)
     minor = version.split(".")[1]
@@ -137,7 +96,7 @@ def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Pa
     for name, package, ldflags in targets:
         step = time.monotonic()
         say(f"go build {name}")
-        _go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package], work, log)
+        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package], work, log)
         say(f"  {name}: {time.monotonic() - step:.0f} s")
     folder = binaries_dir(cache, version)
     staging = folder.with_name(folder.name + ".tmp")

@@ -1,0 +1,87 @@
+"""The real ``nvidia-ctk`` for the simulated toolkit packages, built once per machine from NVIDIA's Go module.
+
+``github.com/NVIDIA/nvidia-container-toolkit`` at each simulated version, built as
+upstream's Makefile does: with cgo (go-nvml loads libnvidia-ml at run time; built
+so, it links only glibc and runs in the Debian 12 nodes), ``-s -w`` and the
+version and commit stamped in. ``runtime configure`` needs no GPU: it reads and
+writes the runtime's config files. The binaries land in the machine's cache
+(``/var/cache/gpunode/nvidia-ctk-vX.Y.Z/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+from gpunode.sim.gobuild import run_go, write_build_module
+
+MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
+COMMITS = {"1.17.8": "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d", "1.20.0": "5505e2f94d9aaa08561490db974ba3cd676af209"}
+STAMP = "build.json"
+
+Say = Callable[[str], None]
+
+
+def binary_dir(cache: Path, version: str) -> Path:
+    return cache / f"nvidia-ctk-v{version}"
+
+
+def built(cache: Path, version: str) -> Path | None:
+    """The cached ``nvidia-ctk`` of ``version`` when a finished build is there, else None."""
+    folder = binary_dir(cache, version)
+    binary = folder / "nvidia-ctk"
+    return binary if (folder / STAMP).is_file() and os.access(binary, os.X_OK) else None
+
+
+def require(cache: Path) -> dict[str, Path]:
+    """Every version's cached binary, or a clear error saying how to build them."""
+    found = {version: built(cache, version) for version in COMMITS}
+    missing = [v for v, path in found.items() if path is None]
+    if missing:
+        raise GpunodeError(f"the real nvidia-ctk {', '.join(missing)} is not built in {cache}",
+                           "run 'gpunode sim build' (or scripts/setup-host) once on this machine")
+    return {version: path for version, path in found.items() if path is not None}
+
+
+def digest(binaries: dict[str, Path]) -> str:
+    """What the simulated repository is built from: a rebuilt binary rebuilds the repository."""
+    hashed = hashlib.sha256()
+    for version, path in sorted(binaries.items()):
+        hashed.update(version.encode() + hashlib.sha256(path.read_bytes()).digest())
+    return hashed.hexdigest()[:16]
+
+
+def ensure_built(cache: Path, say: Say) -> dict[str, Path]:
+    for version, commit in COMMITS.items():
+        if built(cache, version):
+            continue
+        if shutil.which("gcc") is None and shutil.which("cc") is None:
+            raise GpunodeError("building nvidia-ctk needs a C compiler (cgo)", "apt-get install gcc libc6-dev")
+        started = time.monotonic()
+        work = cache / f"nvidia-ctk-build-v{version}"
+        log = work / "build.log"
+        write_build_module(work, f"module gpunode.local/ctkbuild\n\ngo 1.22\n\nrequire {MODULE} v{version}\n",
+                           [f"{MODULE}/cmd/nvidia-ctk"], "ctkbuild")
+        log.write_text("")
+        say(f"building nvidia-ctk {version} from {MODULE} (log: {log})")
+        run_go(["mod", "tidy"], work, log)
+        info = f"{MODULE}/internal/info"
+        ldflags = f"-s -w -X {info}.version={version} -X {info}.gitCommit={commit}"
+        folder = binary_dir(cache, version)
+        staging = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / "nvidia-ctk"),
+                f"{MODULE}/cmd/nvidia-ctk"], work, log, cgo=True)
+        (staging / STAMP).write_text(json.dumps({"version": version, "commit": commit,
+                                                 "seconds": round(time.monotonic() - started)}) + "\n")
+        shutil.rmtree(folder, ignore_errors=True)
+        staging.rename(folder)
+        say(f"nvidia-ctk {version} built in {time.monotonic() - started:.0f} s: {folder}")
+    return require(cache)
