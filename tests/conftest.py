@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,14 +56,40 @@ def gpunode(*args: str, env: dict[str, str], timeout: float = 900, check: bool =
 
 
 @pytest.fixture(scope="session")
-def sim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Environment for a test fleet: its own state folder, the machine's shared image cache."""
+def net_block() -> Iterator[int]:
+    """The first of four loopback blocks (127.0.N.x to 127.0.N+3.x) this session's fleets use.
+
+    Held with a lock for the whole session, so two test runs on one machine never share a block; from 20 up,
+    not the default 10, where a demo fleet may be running.
+    """
+    for base in range(20, 244, 4):
+        handle = open(Path(tempfile.gettempdir()) / f"gpunode-test-net-{base}.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        try:
+            yield base
+        finally:
+            handle.close()
+        return
+    pytest.fail("no free loopback block for the test fleets: 56 test runs at once?")
+
+
+def block(env: dict[str, str], offset: int = 0) -> str:
+    """The loopback block ``offset`` after the session fleet's (another fleet of the same run)."""
+    return str(int(env["GPUNODE_SIM_NET"]) + offset)
+
+
+@pytest.fixture(scope="session")
+def sim_env(tmp_path_factory: pytest.TempPathFactory, net_block: int) -> dict[str, str]:
+    """Environment for a test fleet: its own state folder and loopback block, the machine's shared caches."""
     reason = fleet_unavailable()
     if reason:
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("sim")
-    # block 20, not the default 10: a demo fleet may be running on this machine
-    return {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_SIM_NET": "20", "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_SIM_NET": str(net_block), "PYTHONUNBUFFERED": "1"}
 
 
 @pytest.fixture(scope="session")

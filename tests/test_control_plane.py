@@ -24,6 +24,8 @@ from lightkube.resources.core_v1 import Node
 from gpunode.sim.kubernetes import KUBERNETES_VERSION, require
 from gpunode.sim.paths import SimPaths
 
+from .conftest import block
+
 pytestmark = pytest.mark.fleet
 
 
@@ -44,7 +46,8 @@ def test_kubectl_lists_the_fleets_nodes_ready_with_their_runtimes(fleet: dict) -
         assert ready["status"] == "True"
     assert nodes["node01"]["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6.")
     assert nodes["node02"]["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("docker://20.10.")
-    assert nodes["node01"]["status"]["addresses"][0] == {"type": "InternalIP", "address": "127.0.20.1"}
+    assert nodes["node01"]["status"]["addresses"][0] == {"type": "InternalIP",
+                                                            "address": f"127.0.{block(fleet['env'])}.1"}
     version = json.loads(kubectl(fleet, "version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"] == f"v{KUBERNETES_VERSION}"
     assert kubectl(fleet, "get", "pods", "-A").returncode == 0

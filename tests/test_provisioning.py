@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, gpunode
+from .conftest import REPO, block, gpunode
 
 pytestmark = pytest.mark.fleet
 INVENTORY = "inventories/sim.py"
@@ -237,7 +237,7 @@ def test_unreachable_host_is_named_and_the_others_finish(fleet: dict, tmp_path: 
     inventory = tmp_path / "with_dead_host.py"
     inventory.write_text(
         f"exec(open({str(REPO / INVENTORY)!r}).read())\n"
-        "gpu_nodes = gpu_nodes + [('ghost', dict(gpu_nodes[0][1], ssh_hostname='127.0.20.99'))]\n")
+        f"gpu_nodes = gpu_nodes + [('ghost', dict(gpu_nodes[0][1], ssh_hostname='127.0.{block(fleet['env'])}.99'))]\n")
     report_file = tmp_path / "report.json"
     result = gpunode("deploy", str(inventory), "--report", str(report_file), env=fleet["env"], check=False)
     report = json.loads(report_file.read_text())["hosts"]

@@ -16,6 +16,7 @@ from lightkube import Client, KubeConfig
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 
+from .conftest import block
 from .test_provisioning import deploy, failing, verify
 
 pytestmark = pytest.mark.fleet
@@ -117,14 +118,15 @@ def test_api_access_problems_fail_with_one_clear_line_and_label_nothing(
 
 
 def test_unreachable_api_server_is_named(fleet: dict, tmp_path: Path) -> None:
+    far = f"http://127.0.{block(fleet['env'])}.253:6443"  # nothing listens there
     kubeconfig = tmp_path / "far.yaml"
     kubeconfig.write_text(json.dumps({
-        "clusters": [{"name": "c", "cluster": {"server": "http://127.0.20.253:6443"}}],  # nothing listens there
+        "clusters": [{"name": "c", "cluster": {"server": far}}],
         "contexts": [{"name": "gpunode-sim", "context": {"cluster": "c", "user": "u"}}],
         "users": [{"name": "u", "user": {"token": "t"}}], "current-context": "gpunode-sim"}))
     result, report = deploy(fleet, tmp_path, "labels", "--data", f"kubeconfig={kubeconfig}")
     assert result.returncode == 1
-    assert "cannot reach the Kubernetes API at http://127.0.20.253:6443" in result.stdout + result.stderr
+    assert f"cannot reach the Kubernetes API at {far}" in result.stdout + result.stderr
     assert report["node01"]["failed"] and report["node02"]["failed"]
 
 

@@ -14,7 +14,7 @@ import testinfra
 from gpunode.sim.gpus import driver_state
 from gpunode.sim.profiles import load_profile
 
-from .conftest import REPO, gpunode
+from .conftest import REPO, block, gpunode
 
 pytestmark = pytest.mark.fleet
 
@@ -35,7 +35,7 @@ def test_up_reports_three_nodes_with_their_profiles(fleet: dict) -> None:
     assert sorted(nodes) == ["node01", "node02", "node03"]
     assert [nodes[n]["profile"] for n in sorted(nodes)] == ["a100x4-containerd", "v100x2-docker", "cpu-only"]
     assert all(n["error"] is None for n in nodes.values())
-    assert nodes["node02"]["address"] == "127.0.20.2"
+    assert nodes["node02"]["address"] == f"127.0.{block(fleet['env'])}.2"
 
 
 def test_ssh_with_strict_host_keys_lists_the_profiles_gpus(fleet: dict) -> None:
@@ -164,10 +164,10 @@ def _listening(address: str) -> bool:
 
 
 def test_a_failing_node_is_reported_by_name_and_the_others_come_up(tmp_path: Path, sim_env: dict) -> None:
-    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "21"}
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": block(sim_env, 1)}
     squatter = socket.socket()
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind(("127.0.21.2", 22))
+    squatter.bind((f"127.0.{env['GPUNODE_SIM_NET']}.2", 22))
     squatter.listen()
     try:
         result = gpunode("sim", "up", "-n", "2", env=env, check=False)
@@ -177,18 +177,18 @@ def test_a_failing_node_is_reported_by_name_and_the_others_come_up(tmp_path: Pat
         assert result.returncode == 1
         assert "node02 failed: ssh-host exited" in result.stderr
         assert "Address already in use" in result.stderr  # node02's console log is shown
-        assert result.stdout.count(" up") >= 1 and "node01   127.0.21.1" in result.stdout
-        assert _listening("127.0.21.1")
+        assert result.stdout.count(" up") >= 1 and f"node01   127.0.{env['GPUNODE_SIM_NET']}.1" in result.stdout
+        assert _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")
     finally:
         # without GPUNODE_SIM_NET: down must find the fleet's block in its state, not in the environment
         down = gpunode("sim", "down", env={k: v for k, v in env.items() if k != "GPUNODE_SIM_NET"}, check=False)
     assert down.returncode == 0, down.stderr
-    assert not _listening("127.0.21.1")
+    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")
     assert not Path("/run/netns/gpunode21-node01").exists() and not Path("/run/netns/gpunode21-node02").exists()
 
 
 def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_env: dict) -> None:
-    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "22"}
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": block(sim_env, 2)}
     proc = subprocess.Popen([str(REPO / ".venv/bin/gpunode"), "sim", "up", "-n", "2"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fleet_file = tmp_path / "sim" / "fleet.json"
@@ -205,4 +205,4 @@ def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_e
 
     assert leftovers(SimPaths(tmp_path / "sim", Path("/var/cache/gpunode"), 22)) == []
     assert not Path("/run/netns/gpunode22-node01").exists()
-    assert not _listening("127.0.22.1")
+    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")

@@ -20,7 +20,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
-from .conftest import gpunode
+from .conftest import block, gpunode
 from .test_provisioning import INVENTORY, deploy, failing, ssh, verify
 from .test_rollout import api
 
@@ -292,7 +292,7 @@ def test_a_versionless_schema_1_containerd_config_converges(fleet: dict, tmp_pat
 
 def test_an_nvswitch_node_without_fabric_manager(tmp_path: Path, sim_env: dict[str, str]) -> None:
     """On a fleet of its own (one HGX H100 node): the fabric manager down is the driver step's failure."""
-    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": "21"}
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": block(sim_env, 1)}
     gpunode("sim", "up", "-n", "1", "--profile", "node01=h100x8-nvswitch", env=env)
     try:
         healthy = gpunode("doctor", INVENTORY, "--json", "--data", "cluster_steps=False", env=env, check=False)

@@ -13,6 +13,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
+from gpunode.errors import GpunodeError
 
 DAEMONSET = "gpunode-device-plugin"
 POD_SELECTOR = {"app.kubernetes.io/name": DAEMONSET}
@@ -87,8 +88,11 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
     terminated = container.lastState.terminated if container and container.lastState else None
     log_tail: tuple[str, ...] = ()
     if container and not container.ready:
-        log_tail = tuple(api_call(settings, f"read the log of {pod.metadata.name}", lambda client: list(
-            client.log(pod.metadata.name, namespace=namespace, tail_lines=20)))[-5:])
+        try:
+            log_tail = tuple(api_call(settings, f"read the log of {pod.metadata.name}", lambda client: list(
+                client.log(pod.metadata.name, namespace=namespace, tail_lines=20)))[-5:])
+        except GpunodeError:  # no log yet (its container has not started): the state above says why
+            log_tail = ()
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,

@@ -88,6 +88,11 @@ def containerd_runtime(handler: str) -> tuple[str | None, str]:
     return (runtime.get("options") or {}).get("BinaryName") or "runc", ""
 
 
+def _boot() -> str:
+    with open("/proc/sys/kernel/random/boot_id") as handle:  # the node's own (bound per boot)
+        return handle.read().strip()[:8]
+
+
 def run_containerd(pod: str, command: list[str], env: dict[str, str], handler: str) -> Outcome:
     binary, error = containerd_runtime(handler)
     if binary is None:
@@ -95,7 +100,9 @@ def run_containerd(pod: str, command: list[str], env: dict[str, str], handler: s
     images = _run(["ctr", "-n", "k8s.io", "images", "ls", "-q"], 30)
     if IMAGE_NAME not in images.stdout.split():
         _run(["ctr", "-n", "k8s.io", "images", "import", IMAGE_ARCHIVE], 60)
-    argv = ["ctr", "-n", "k8s.io", "run", "--rm", "--runc-binary", binary]
+    # a cgroup of its own, flat and unique to this boot: nodes of every fleet share the host's cgroup tree, and
+    # ctr's default (/k8s.io/<container id>) would collide between two nodes running pods of the same name
+    argv = ["ctr", "-n", "k8s.io", "run", "--rm", "--runc-binary", binary, "--cgroup", f"/gpunode-{_boot()}-{pod}"]
     for key, value in sorted(env.items()):
         argv += ["--env", f"{key}={value}"]
     return _finish(_run([*argv, IMAGE_NAME, pod, *command], None))  # runs until it ends or is killed
