@@ -376,7 +376,7 @@ class Api:
 
         self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
 
-    def finish_deletion(self, namespace: str, name: str, uid: str) -> None:
+    def finish_deletion(self, namespace: str, name: str) -> None:
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 
@@ -536,8 +536,7 @@ class Agent:
                 threading.Thread(target=kill, args=(workload.name,), daemon=True).start()
         for key, pod in terminating.items():  # containers stopped: the kubelet ends the pod's deletion
             try:
-                self.api.finish_deletion(pod["metadata"]["namespace"], pod["metadata"]["name"],
-                                         pod["metadata"]["uid"])
+                self.api.finish_deletion(pod["metadata"]["namespace"], pod["metadata"]["name"])
             except Exception as error:  # noqa: BLE001 - tried again next pass
                 say(f"deleting {key} failed: {error!r}")
         for key, pod in live.items():
