@@ -48,6 +48,18 @@ class SpecError:
         return f"{self.field}: {self.kind}: {self.detail}"
 
 
+SUFFIX_EXPONENTS = {"": 0, "m": 3, "u": 6, "n": 9}  # the decimal suffixes a device count can carry
+
+
+def _decimal(value: object) -> Decimal | None:
+    """A quantity as a number of devices (``500m`` is 0.5), None when it is not one."""
+    match = re.fullmatch(r"([0-9.]+)([mun]?)", str(value).strip())
+    try:
+        return Decimal(match.group(1)).scaleb(-SUFFIX_EXPONENTS[match.group(2)]) if match else None
+    except InvalidOperation:
+        return None
+
+
 def _quantity(value: object) -> tuple[str, bool]:
     """(the value as the API server prints it, whether it is a whole number of devices).
 
@@ -57,12 +69,9 @@ def _quantity(value: object) -> tuple[str, bool]:
     text = str(value).strip()
     if re.fullmatch(r"[0-9]+", text):
         return text, True
-    try:
-        number = Decimal(text)
-    except InvalidOperation:
-        return text, False
-    if number.is_finite() and number > 0:
-        for exponent, suffix in ((3, "m"), (6, "u"), (9, "n")):
+    number = _decimal(text) if re.fullmatch(r"[0-9.]+", text) else None
+    if number is not None and number > 0:
+        for suffix, exponent in list(SUFFIX_EXPONENTS.items())[1:]:
             scaled = number.scaleb(exponent)
             if scaled == scaled.to_integral_value():
                 return f"{int(scaled)}{suffix}", False
@@ -71,11 +80,7 @@ def _quantity(value: object) -> tuple[str, bool]:
 
 def _whole_devices(value: object) -> int:
     """The count a fractional GPU quantity rounds up to (at least 1): ``0.5`` and ``500m`` are 1."""
-    match = re.fullmatch(r"([0-9.]+)([mun]?)", str(value).strip())
-    try:
-        number = Decimal(match.group(1)).scaleb(-{"": 0, "m": 3, "u": 6, "n": 9}[match.group(2)]) if match else None
-    except InvalidOperation:
-        number = None
+    number = _decimal(value)
     return max(1, int(number.to_integral_value(rounding=ROUND_CEILING))) if number is not None else 1
 
 

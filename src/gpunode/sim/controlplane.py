@@ -21,12 +21,14 @@ import base64
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -34,6 +36,10 @@ from gpunode.errors import GpunodeError
 from gpunode.sim.kubernetes import require
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.pki import Authority, Pair
+from gpunode.sim.processes import alive, signal_group
+
+if TYPE_CHECKING:
+    from lightkube import Client
 
 APISERVER_PORT = 6443
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
@@ -176,11 +182,11 @@ def _argv(paths: SimPaths, bin_dir: Path) -> dict[str, list[str]]:
     }
 
 
-def _tls_context(paths: SimPaths, client: bool = True) -> ssl.SSLContext:
+def _admin_tls(paths: SimPaths) -> ssl.SSLContext:
+    """TLS as the admin user: the cluster's CA and the admin's client certificate."""
     pki = pki_dir(paths)
     context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-    if client:
-        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
     return context
 
 
@@ -198,10 +204,11 @@ def _ready_check(paths: SimPaths, role: str) -> Callable[[], bool]:
     insecure = ssl.create_default_context()
     insecure.check_hostname = False
     insecure.verify_mode = ssl.CERT_NONE  # the components' self-signed serving certificates
+    admin = _admin_tls(paths) if role == "kube-apiserver" else None
     checks: dict[str, Callable[[], bool]] = {
         "etcd": lambda: '"health":"true"' in (_answers(f"http://{address}:{ETCD_CLIENT_PORT}/health", None) or ""),
         "kube-apiserver": lambda: _answers(f"https://{address}:{APISERVER_PORT}/readyz",
-                                           _tls_context(paths)) == "ok",
+                                           admin) == "ok",
         "kube-controller-manager": lambda: _answers(f"https://{address}:{CONTROLLER_MANAGER_PORT}/healthz",
                                                     insecure) == "ok",
         "kube-scheduler": lambda: _answers(f"https://{address}:{SCHEDULER_PORT}/healthz", insecure) == "ok",
@@ -210,23 +217,9 @@ def _ready_check(paths: SimPaths, role: str) -> Callable[[], bool]:
     return checks[role]
 
 
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
-
-
 def start(paths: SimPaths, services: dict[str, int], record: Record, say: Callable[[str], None]) -> Path:
     """Start what is not running yet, in order, each ready before the next; return the kubeconfig."""
-    bin_dir = require(paths.cache)
-    for tool in ("socat",):
-        if shutil.which(tool) is None:
-            raise GpunodeError(f"{tool} is not installed", "run scripts/setup-host")
+    bin_dir = require(paths.cache)  # socat, for the nodes' way in, is among the host checks of 'up'
     kubeconfig = write_access(paths)
     (pki_dir(paths) / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
     paths.run.mkdir(parents=True, exist_ok=True)
@@ -260,17 +253,23 @@ def start(paths: SimPaths, services: dict[str, int], record: Record, say: Callab
     return kubeconfig
 
 
+def admin_client(kubeconfig: Path, field_manager: str | None = None) -> Client:
+    """A client of the fleet's API as its admin (the kubeconfig's ``gpunode-sim`` context)."""
+    from lightkube import Client, KubeConfig
+
+    return Client(KubeConfig.from_file(kubeconfig).get("gpunode-sim"), field_manager=field_manager,
+                  trust_env=False, timeout=10)
+
+
 def _bootstrap_objects(kubeconfig: Path) -> None:
     """What a cluster admin would add: the viewer user's binding to the built-in ``view`` ClusterRole.
 
     Returns once the controller manager has aggregated ``view``'s rules (until then it grants nothing).
     """
-    from lightkube import Client, KubeConfig
     from lightkube.codecs import from_dict
     from lightkube.resources.rbac_authorization_v1 import ClusterRole
 
-    client = Client(KubeConfig.from_file(kubeconfig).get("gpunode-sim"), field_manager="gpunode-sim",
-                    trust_env=False)
+    client = admin_client(kubeconfig, field_manager="gpunode-sim")
     binding = from_dict({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "gpunode-sim-viewer"},
@@ -291,18 +290,12 @@ def stop(services: dict[str, int], timeout: float = 20) -> None:
         pid = services.get(role)
         if not alive(pid):
             continue
-        try:
-            os.killpg(pid, 15)
-        except (ProcessLookupError, PermissionError):
-            os.kill(pid, 15)
+        signal_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if alive(pid):
-            try:
-                os.killpg(pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
+            signal_group(pid, signal.SIGKILL)
 
 
 def reset_data(paths: SimPaths) -> None:

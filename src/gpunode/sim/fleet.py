@@ -27,6 +27,7 @@ from gpunode.sim.aptrepo import REPO_PATH, build_repo
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
 from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
 from gpunode.sim.paths import SimPaths
+from gpunode.sim.processes import alive
 from gpunode.sim.profiles import NodeSpec, load_profile
 from gpunode.sim.ssh import client_key, write_client_files
 from gpunode.sim.tools import write_tools_layer
@@ -217,7 +218,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
                          strict=True))
     for node in to_wait:
         if waits.get(node.spec.name) is None:
-            error = _start_kubelet(node, state)
+            error = _start_kubelet(paths, node, state)
             if error:
                 waits[node.spec.name] = error
     waits.update(_wait_registered(paths, [n.spec.name for n in to_wait if waits.get(n.spec.name) is None]))
@@ -237,13 +238,13 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     return report
 
 
-def _start_kubelet(node: SimNode, state: FleetState) -> str | None:
+def _start_kubelet(paths: SimPaths, node: SimNode, state: FleetState) -> str | None:
     """Start the booted node's kubelet; None, or why it could not be started."""
     name = node.spec.name
-    init = next((p for p in state.processes(name) if p.role == "init"), None)
-    pid1 = init_pid_of(init.pid) if init else None
-    if not pid1:
-        return f"{name} has no init process to start its kubelet in"
+    try:
+        pid1 = node_pid1(paths, name)
+    except GpunodeError as error:
+        return f"no init to start its kubelet in: {error}"
 
     def record(proc: NodeProcess) -> None:
         state.data["nodes"][name]["pids"][proc.role] = proc.pid
@@ -255,12 +256,11 @@ def _start_kubelet(node: SimNode, state: FleetState) -> str | None:
 
 def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
     """Wait until each node's kubelet registered a Ready Node; name -> why not, for those that did not."""
-    from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node
 
     if not names:
         return {}
-    client = Client(KubeConfig.from_file(paths.kubeconfig).get("gpunode-sim"), trust_env=False, timeout=10)
+    client = controlplane.admin_client(paths.kubeconfig)
     deadline = time.monotonic() + READY_TIMEOUT
     waiting = set(names)
     while waiting and time.monotonic() < deadline:
@@ -280,11 +280,11 @@ def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
 
 def _delete_node_objects(paths: SimPaths, names: list[str], say: Say) -> None:
     """``kubectl delete node`` for nodes leaving a fleet whose control plane stays up."""
-    from lightkube import ApiError, Client, KubeConfig
+    from lightkube import ApiError
     from lightkube.resources.core_v1 import Node
 
     try:
-        client = Client(KubeConfig.from_file(paths.kubeconfig).get("gpunode-sim"), trust_env=False, timeout=10)
+        client = controlplane.admin_client(paths.kubeconfig)
         for name in names:
             try:
                 client.delete(Node, name)
@@ -313,7 +313,7 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         del state.data["nodes"][name]
         state.save()
         say(f"stopped {name}")
-    if state.data["nodes"] and controlplane.alive(state.data["services"].get("kube-apiserver")):
+    if state.data["nodes"] and alive(state.data["services"].get("kube-apiserver")):
         _delete_node_objects(paths, chosen, say)
     if not state.data["nodes"]:
         for role in ("supervisor", "repo"):

@@ -8,13 +8,17 @@ module; a failure raises with the log's tail.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
 
+STAMP = "build.json"  # written last: a folder without it is an unfinished build
 TOOLS_GO = """//go:build tools
 
 // Package {package} pins what gpunode's simulated fleet builds.
@@ -73,3 +77,32 @@ def write_build_module(work: Path, gomod: str, packages: list[str], package: str
     (work / "go.sum").unlink(missing_ok=True)
     imports = "\n".join(f'\t_ "{p}"' for p in packages)
     (work / "tools.go").write_text(TOOLS_GO.format(package=package, imports=imports))
+
+
+def finished(folder: Path, names: tuple[str, ...]) -> bool:
+    """Whether ``folder`` holds a finished build of every binary in ``names``."""
+    return (folder / STAMP).is_file() and all(os.access(folder / name, os.X_OK) for name in names)
+
+
+def build_into(folder: Path, targets: list[tuple[str, str, str]], work: Path, log: Path, stamp: dict,
+               started: float, say: Callable[[str], None] | None = None, cgo: bool = False) -> float:
+    """Build each (binary, package, ldflags) of ``targets`` in the build module ``work`` into ``folder``.
+
+    The folder appears whole or not at all: built aside, stamped (``stamp`` and the seconds since
+    ``started``), then put in place. Returns those seconds.
+    """
+    staging = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name, package, ldflags in targets:
+        step = time.monotonic()
+        if say:
+            say(f"go build {name}")
+        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / name), package], work, log, cgo)
+        if say:
+            say(f"  {name}: {time.monotonic() - step:.0f} s")
+    seconds = time.monotonic() - started
+    (staging / STAMP).write_text(json.dumps({**stamp, "seconds": round(seconds)}) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return seconds

@@ -11,22 +11,18 @@ pinned Kubernetes requires). The binaries land in the machine's cache
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gobuild import module_gomod, run_go, write_build_module
+from gpunode.sim.gobuild import build_into, finished, module_gomod, run_go, write_build_module
 
 KUBERNETES_VERSION = "1.37.2"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 BINARIES = (*KUBE_COMMANDS, "etcd")
-STAMP = "build.json"
 Say = Callable[[str], None]
 
 
@@ -37,9 +33,7 @@ def binaries_dir(cache: Path, version: str = KUBERNETES_VERSION) -> Path:
 def built(cache: Path, version: str = KUBERNETES_VERSION) -> Path | None:
     """The folder with every binary when a finished build is cached, else None."""
     folder = binaries_dir(cache, version)
-    if (folder / STAMP).is_file() and all(os.access(folder / name, os.X_OK) for name in BINARIES):
-        return folder
-    return None
+    return folder if finished(folder, BINARIES) else None
 
 
 def require(cache: Path) -> Path:
@@ -84,31 +78,15 @@ def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Pa
                        [ETCD_PACKAGE, *(f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS)], "kubebuild")
     say("resolving modules (go mod tidy)")
     run_go(["mod", "tidy"], work, log)
-    out = work / "bin"
-    out.mkdir(exist_ok=True)
     minor = version.split(".")[1]
-    stamp = " ".join(f"-X {pkg}.{key}={value}" for pkg in ("k8s.io/component-base/version",
+    version_flags = " ".join(f"-X {pkg}.{key}={value}" for pkg in ("k8s.io/component-base/version",
                                                            "k8s.io/client-go/pkg/version")
                      for key, value in (("gitVersion", f"v{version}"), ("gitMajor", "1"), ("gitMinor", minor),
                                         ("gitTreeState", "clean")))
-    targets = [(c, f"k8s.io/kubernetes/cmd/{c}", f"-s -w {stamp}") for c in KUBE_COMMANDS]
+    targets = [(c, f"k8s.io/kubernetes/cmd/{c}", f"-s -w {version_flags}") for c in KUBE_COMMANDS]
     targets.append(("etcd", ETCD_PACKAGE, "-s -w"))
-    for name, package, ldflags in targets:
-        step = time.monotonic()
-        say(f"go build {name}")
-        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(out / name), package], work, log)
-        say(f"  {name}: {time.monotonic() - step:.0f} s")
     folder = binaries_dir(cache, version)
-    staging = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for name in BINARIES:
-        shutil.copy2(out / name, staging / name)
-    seconds = time.monotonic() - started
-    (staging / STAMP).write_text(json.dumps({"version": version, "seconds": round(seconds),
-                                             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-    staging.rename(folder)
-    shutil.rmtree(out, ignore_errors=True)
+    seconds = build_into(folder, targets, work, log, {
+        "version": version, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, started, say)
     say(f"Kubernetes v{version} built in {seconds / 60:.1f} min: {folder}")
     return folder

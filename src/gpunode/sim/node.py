@@ -28,6 +28,7 @@ from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
 from gpunode.sim.gpus import driver_state
 from gpunode.sim.images import lower_dirs
 from gpunode.sim.paths import SimPaths
+from gpunode.sim.processes import alive, signal_group, signal_pid
 from gpunode.sim.profiles import NodeSpec
 from gpunode.sim.ssh import ensure_key
 
@@ -47,14 +48,7 @@ class NodeProcess:
     pid: int
 
     def alive(self) -> bool:
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        stat = Path(f"/proc/{self.pid}/stat")
-        return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+        return alive(self.pid)
 
 
 def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list]]:
@@ -328,31 +322,17 @@ def stop_processes(processes: list[NodeProcess], timeout: float = 15) -> None:
     node_pid1 = init_pid_of(init.pid) if init else None
     targets = [p for p in processes if p.role != "init"]
     for proc in targets:
-        _signal_group(proc.pid, signal.SIGTERM)
+        signal_group(proc.pid, signal.SIGTERM)
     if node_pid1:
-        _signal(node_pid1, signal.SIGTERM)
+        signal_pid(node_pid1, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     watched = [NodeProcess("pid1", node_pid1)] if node_pid1 else []
     while time.monotonic() < deadline and any(p.alive() for p in watched):
         time.sleep(0.1)
     if node_pid1:
-        _signal(node_pid1, signal.SIGKILL)  # takes the whole PID namespace with it
+        signal_pid(node_pid1, signal.SIGKILL)  # takes the whole PID namespace with it
     for proc in processes:
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(p.alive() for p in processes):
         time.sleep(0.05)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        _signal(pid, sig)

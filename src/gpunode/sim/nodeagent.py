@@ -35,6 +35,13 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.codecs import from_dict
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.node_v1 import RuntimeClass
+from lightkube.types import PatchType
+
 from gpunode.sim.kubelet import KubeletStandin
 from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, kill, launch
 
@@ -313,16 +320,10 @@ class Api:
     """The node's calls to the API server (lightkube, with the node's client certificate)."""
 
     def __init__(self) -> None:
-        from lightkube import Client, KubeConfig
-
         self.client = Client(KubeConfig.from_file(KUBECONFIG).get(), field_manager="kubelet", trust_env=False,
                              timeout=15)
 
     def register(self, facts: NodeFacts) -> str:
-        from lightkube import ApiError
-        from lightkube.codecs import from_dict
-        from lightkube.resources.core_v1 import Node
-
         labels = {"kubernetes.io/hostname": facts.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
                   "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64"}
         try:
@@ -335,17 +336,9 @@ class Api:
         return node.metadata.uid
 
     def node_status(self, name: str, patch: dict) -> None:
-        from lightkube.resources.core_v1 import Node
-        from lightkube.types import PatchType
-
         self.client.patch(Node.Status, name, {"status": patch}, patch_type=PatchType.MERGE)
 
     def renew_lease(self, name: str, node_uid: str) -> None:
-        from lightkube import ApiError
-        from lightkube.codecs import from_dict
-        from lightkube.resources.coordination_v1 import Lease
-        from lightkube.types import PatchType
-
         spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now_micro()}
         try:
             self.client.patch(Lease, name, {"spec": spec}, namespace="kube-node-lease", patch_type=PatchType.MERGE)
@@ -359,27 +352,17 @@ class Api:
                 "spec": spec}))
 
     def pods(self, node: str) -> tuple[list[dict], str]:
-        from lightkube.resources.core_v1 import Pod
-
         listed = self.client.list(Pod, namespace="*", fields={"spec.nodeName": node}, chunk_size=500)
         pods = [p.to_dict() for p in listed]
         return pods, listed.resourceVersion
 
     def watch(self, node: str, version: str):
-        from lightkube.resources.core_v1 import Pod
-
         return self.client.watch(Pod, namespace="*", fields={"spec.nodeName": node}, resource_version=version)
 
     def pod_status(self, namespace: str, name: str, status: dict) -> None:
-        from lightkube.resources.core_v1 import Pod
-        from lightkube.types import PatchType
-
         self.client.patch(Pod.Status, name, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
 
     def finish_deletion(self, namespace: str, name: str) -> None:
-        from lightkube import ApiError
-        from lightkube.resources.core_v1 import Pod
-
         try:
             self.client.delete(Pod, name, namespace=namespace, grace_period=0)
         except ApiError as error:
@@ -387,9 +370,6 @@ class Api:
                 raise
 
     def runtime_handler(self, runtime_class: str) -> str | None:
-        from lightkube import ApiError
-        from lightkube.resources.node_v1 import RuntimeClass
-
         try:
             return self.client.get(RuntimeClass, runtime_class).handler
         except ApiError as error:
@@ -398,8 +378,6 @@ class Api:
             raise
 
     def event(self, pod: dict, node: str, kind: str, reason: str, message: str) -> None:
-        from lightkube.codecs import from_dict
-
         meta = pod["metadata"]
         stamp = now()
         self.client.create(from_dict({
@@ -432,6 +410,7 @@ class Agent:
         self.admission = threading.Lock()  # one pod's devices are picked and allocated at a time
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.started = now()  # the conditions' lastTransitionTime: since this kubelet runs
 
     # -- the API side --------------------------------------------------------------------------------------
 
@@ -660,7 +639,6 @@ class Agent:
             self.wake.clear()
 
     def run(self) -> None:
-        self.started = now()
         self.kubelet.restart()  # a starting kubelet clears the sockets a previous one left
         serve_logs(self)
         self.register()

@@ -11,19 +11,16 @@ writes the runtime's config files. The binaries land in the machine's cache
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gobuild import run_go, write_build_module
+from gpunode.sim.gobuild import build_into, finished, run_go, write_build_module
 
 MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
 COMMITS = {"1.17.8": "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d", "1.20.0": "5505e2f94d9aaa08561490db974ba3cd676af209"}
-STAMP = "build.json"
 
 Say = Callable[[str], None]
 
@@ -35,8 +32,7 @@ def binary_dir(cache: Path, version: str) -> Path:
 def built(cache: Path, version: str) -> Path | None:
     """The cached ``nvidia-ctk`` of ``version`` when a finished build is there, else None."""
     folder = binary_dir(cache, version)
-    binary = folder / "nvidia-ctk"
-    return binary if (folder / STAMP).is_file() and os.access(binary, os.X_OK) else None
+    return folder / "nvidia-ctk" if finished(folder, ("nvidia-ctk",)) else None
 
 
 def require(cache: Path) -> dict[str, Path]:
@@ -74,14 +70,7 @@ def ensure_built(cache: Path, say: Say) -> dict[str, Path]:
         info = f"{MODULE}/internal/info"
         ldflags = f"-s -w -X {info}.version={version} -X {info}.gitCommit={commit}"
         folder = binary_dir(cache, version)
-        staging = folder.with_name(folder.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / "nvidia-ctk"),
-                f"{MODULE}/cmd/nvidia-ctk"], work, log, cgo=True)
-        (staging / STAMP).write_text(json.dumps({"version": version, "commit": commit,
-                                                 "seconds": round(time.monotonic() - started)}) + "\n")
-        shutil.rmtree(folder, ignore_errors=True)
-        staging.rename(folder)
+        build_into(folder, [("nvidia-ctk", f"{MODULE}/cmd/nvidia-ctk", ldflags)], work, log,
+                   {"version": version, "commit": commit}, started, cgo=True)
         say(f"nvidia-ctk {version} built in {time.monotonic() - started:.0f} s: {folder}")
     return require(cache)

@@ -65,8 +65,8 @@ def allocate(kubelet: KubeletStandin, limits: dict, taken: set[str]) -> tuple[di
 
 
 def _run(argv: list[str], timeout: float | None) -> subprocess.CompletedProcess[str]:
-    """A command of the node's kubelet: never on the agent's stdin (the control plane's channel; ``ctr run``
-    would otherwise read the next messages as the container's input)."""
+    """A command of the node's kubelet, never on the kubelet's stdin (``ctr run`` would read it as the
+    container's input)."""
     return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
                           check=False)
 
