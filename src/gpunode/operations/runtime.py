@@ -64,6 +64,33 @@ def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str | None
     return tomlkit.dumps(document)
 
 
+def keeping_existing(base: str, existing: str | None) -> str:
+    """``base`` (containerd's default config) with every value the existing config sets laid over it.
+
+    An admin's settings (sandbox image, oom_score_adj, registry mirrors...) survive the move to a full
+    config. Only for the same schema version: a schema-1 config's keys mean other tables in schema 2.
+    """
+    if not existing or not existing.strip():
+        return base
+    try:
+        document = tomlkit.parse(base)
+        current = tomllib.loads(existing)
+    except (ValueError, tomlkit.exceptions.TOMLKitError):
+        return base
+    if int(current.get("version", 1)) != int(document.get("version", 2)):
+        return base
+
+    def lay(target: dict, values: dict) -> None:
+        for key, value in values.items():
+            if isinstance(value, dict) and isinstance(target.get(key), dict):
+                lay(target[key], value)
+            else:
+                target[key] = value
+
+    lay(document, current)
+    return tomlkit.dumps(document)
+
+
 def without_default_nvidia(text: str) -> str | None:
     """``text`` with ``default_runtime_name = "nvidia"`` set back to runc, or None if it does not set it."""
     document = tomlkit.parse(text)
@@ -121,7 +148,7 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
             yield failing_command("containerd's config has no runc runtime and 'containerd config default' gave "
                                   "no usable base config; write one by hand")
             return
-        yield from upload(base, CONTAINERD_CONFIG)
+        yield from upload(keeping_existing(base, state["containerd_config"]), CONTAINERD_CONFIG)
     if runtime == "docker" and state["docker_config"] is not None and not state["docker_config"].strip():
         yield from upload("{}\n", DOCKER_CONFIG)  # nvidia-ctk fails on an empty daemon.json ('EOF')
 

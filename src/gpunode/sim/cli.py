@@ -45,21 +45,30 @@ def sim() -> None:
 @sim.command(name="build")
 def build() -> None:
     """Build the fleet's real components once: Kubernetes (etcd, kube-apiserver, -controller-manager,
-    -scheduler, kubectl) and NVIDIA's nvidia-ctk at each simulated toolkit version.
+    -scheduler, kubectl), the nodes' kubelet and pause, NVIDIA's nvidia-ctk at each simulated toolkit
+    version, and the device plugin's image.
 
     From the Go module proxy with the machine's Go, into the image cache
-    (/var/cache/gpunode/kubernetes-vX.Y.Z, nvidia-ctk-vX.Y.Z); a later run finds them there at once.
+    (/var/cache/gpunode/kubernetes-vX.Y.Z, kubelet-vX.Y.Z, nvidia-ctk-vX.Y.Z); a later run finds them
+    there at once. The plugin image (Debian slim with Python, the plugin and its pinned dependencies;
+    no Docker engine needed) lands in plugin-image-<inputs>/image.tar and is rebuilt, in seconds, when
+    plugin/ changes; 'gpunode sim up' imports it into every containerd node.
 
     \b
     Example:
       gpunode sim build
     """
-    from gpunode.sim import kubernetes, toolkit_build
+    from gpunode.sim import kubernetes, plugin_image, toolkit_build
 
     cache = SimPaths.from_env().cache
     click.echo(str(kubernetes.ensure_built(cache, say)))
+    click.echo(str(kubernetes.ensure_node_built(cache, say)))
     for binary in toolkit_build.ensure_built(cache, say).values():
         click.echo(str(binary))
+    image = plugin_image.ensure_built(cache, say)
+    described = plugin_image.describe(image)
+    click.echo(f"{image / plugin_image.ARCHIVE}  {described['name']}  {described['digest']}  "
+               f"{described['archive_bytes'] / 2**20:.0f} MiB")
 
 
 @sim.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -24,6 +24,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable
@@ -45,7 +46,7 @@ APISERVER_PORT = 6443
 ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
 SERVICE_RANGE = "10.96.0.0/24"  # ClusterIPs are only recorded: nothing routes them
-ROLES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "apiserver-forward")
+ROLES = ("egress", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "apiserver-forward")
 CONTEXTS = {"gpunode-sim": "gpunode-admin", "gpunode-sim-viewer": "gpunode-viewer",
             "gpunode-sim-expired": "gpunode-expired"}
 READY_TIMEOUT = 120.0
@@ -143,11 +144,22 @@ def node_credentials(paths: SimPaths, name: str, address: str) -> dict[str, str]
     }
 
 
+def egress_selector(paths: SimPaths) -> dict:
+    """The API server reaches kubelets (logs, exec) through gpunode.sim.egress, everything else directly."""
+    return {"apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [
+                {"name": "cluster", "connection": {"proxyProtocol": "HTTPConnect",
+                                                   "transport": {"uds": {"udsName": str(paths.run / "egress.sock")}}}},
+                {"name": "controlplane", "connection": {"proxyProtocol": "Direct"}},
+                {"name": "etcd", "connection": {"proxyProtocol": "Direct"}}]}
+
+
 def _argv(paths: SimPaths, bin_dir: Path) -> dict[str, list[str]]:
     address, pki, run = paths.apiserver_address, pki_dir(paths), paths.run
     etcd_url = f"http://{address}:{ETCD_CLIENT_PORT}"
     peer_url = f"http://{address}:{ETCD_PEER_PORT}"
     return {
+        "egress": [sys.executable, "-m", "gpunode.sim.egress", str(run / "egress.sock")],
         "etcd": [str(bin_dir / "etcd"), "--name", "gpunode-sim", "--data-dir", str(paths.state / "etcd"),
                  "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
                  "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
@@ -165,6 +177,7 @@ def _argv(paths: SimPaths, bin_dir: Path) -> dict[str, list[str]]:
             f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP", "--endpoint-reconciler-type=none",
+            f"--egress-selector-config-file={pki / 'egress-selector.yaml'}",
             f"--audit-policy-file={pki / 'audit-policy.yaml'}", f"--audit-log-path={run / 'kube-apiserver-audit.log'}",
             "--audit-log-format=json", "--profiling=false"],
         "kube-controller-manager": [
@@ -213,6 +226,7 @@ def _ready_check(paths: SimPaths, role: str) -> Callable[[], bool]:
                                                     insecure) == "ok",
         "kube-scheduler": lambda: _answers(f"https://{address}:{SCHEDULER_PORT}/healthz", insecure) == "ok",
         "apiserver-forward": lambda: (paths.run / "apiserver.sock").exists(),
+        "egress": lambda: (paths.run / "egress.sock").exists(),
     }
     return checks[role]
 
@@ -222,6 +236,7 @@ def start(paths: SimPaths, services: dict[str, int], record: Record, say: Callab
     bin_dir = require(paths.cache)  # socat, for the nodes' way in, is among the host checks of 'up'
     kubeconfig = write_access(paths)
     (pki_dir(paths) / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+    (pki_dir(paths) / "egress-selector.yaml").write_text(yaml.safe_dump(egress_selector(paths), sort_keys=False))
     paths.run.mkdir(parents=True, exist_ok=True)
     commands = _argv(paths, bin_dir)
     started = time.monotonic()
@@ -229,12 +244,13 @@ def start(paths: SimPaths, services: dict[str, int], record: Record, say: Callab
     for role in ROLES:
         if alive(services.get(role)):
             continue
-        if role == "apiserver-forward":
-            (paths.run / "apiserver.sock").unlink(missing_ok=True)
+        for sock in {"apiserver-forward": "apiserver.sock", "egress": "egress.sock"}.get(role, "").split():
+            (paths.run / sock).unlink(missing_ok=True)
         log_file = paths.run / f"{role}.log"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         with log_file.open("ab") as log:
             proc = subprocess.Popen(commands[role], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                                    start_new_session=True, env=env)
         record(role, proc.pid)
         fresh.append(role)
         ready = _ready_check(paths, role)

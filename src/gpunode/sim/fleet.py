@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim import controlplane, images, prereqs, toolkit_build
+from gpunode.sim import controlplane, images, kubernetes, plugin_image, prereqs, toolkit_build
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
-from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, stop_processes
+from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, real_kubelet, remove_cgroups, stop_processes
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive
 from gpunode.sim.profiles import NodeSpec, load_profile
@@ -137,6 +137,8 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
             "sim_profile": entry["profile"],
             "container_runtime": entry["runtime"],
             "gpu_expected": entry["gpu_count"] > 0,
+            # the nodes' kubelets use the cgroupfs driver (no systemd as init): containerd's runc must match
+            "containerd_systemd_cgroup": False,
         }
     inventory = {
         "ssh_config": str(paths.ssh_config),
@@ -175,7 +177,9 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     started = time.monotonic()
     say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
-    write_tools_layer(paths.layer("tools"))
+    write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
+    if any(real_kubelet(s.runtime) for s in specs):
+        plugin_image.ensure_built(paths.cache, say)
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)
     _start_control_plane(paths, state, say)
@@ -217,7 +221,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
                          pool.map(lambda n: n.wait_ready(READY_TIMEOUT, state.processes(n.spec.name)), to_wait),
                          strict=True))
     for node in to_wait:
-        if waits.get(node.spec.name) is None:
+        if waits.get(node.spec.name) is None and not real_kubelet(node.spec.runtime):
             error = _start_kubelet(paths, node, state)
             if error:
                 waits[node.spec.name] = error
@@ -275,7 +279,7 @@ def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
         if waiting:
             time.sleep(0.2)
     return {name: f"its kubelet did not register a Ready Node within {READY_TIMEOUT:.0f} s (see the node's "
-                  "/var/log/gpunode-kubelet.log)" for name in waiting}
+                  "'journalctl -u kubelet', or /var/log/gpunode-kubelet.log on docker nodes)" for name in waiting}
 
 
 def _delete_node_objects(paths: SimPaths, names: list[str], say: Say) -> None:
@@ -304,7 +308,9 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         raise GpunodeError(f"no such node: {', '.join(unknown)}",
                            f"running nodes: {', '.join(state.data['nodes']) or 'none'}")
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(chosen)))) as pool:
-        list(pool.map(lambda n: stop_processes(state.processes(n)), chosen))
+        stuck = [line for lines in pool.map(lambda n: _stop_node(paths, state, n), chosen) for line in lines]
+    for line in stuck:
+        say(f"could not remove cgroup {line}")
     for name in chosen:
         subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
                        check=False)
@@ -334,6 +340,16 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
             if leftover.exists():
                 leftover.unlink()
     return leftovers(paths)
+
+
+def _stop_node(paths: SimPaths, state: FleetState, name: str) -> list[str]:
+    """Stop a node's processes, then remove its kubelet's cgroups; return the cgroups that would not go."""
+    stop_processes(state.processes(name))
+    try:
+        boot_id = json.loads((paths.node(name) / "boot.json").read_text()).get("boot_id") or ""
+    except (OSError, ValueError):
+        return []
+    return remove_cgroups(boot_id) if boot_id else []
 
 
 def node_entry(state: FleetState, name: str) -> dict:
@@ -389,7 +405,8 @@ def restart_node(paths: SimPaths, name: str, say: Say, faults: list[str] | None 
                        **({"fabricmanager_version": fabricmanager} if fabricmanager else {})}
     state.save()
     profile = node_profile(entry)
-    stop_processes(state.processes(name))
+    for line in _stop_node(paths, state, name):
+        say(f"could not remove cgroup {line}")
     subprocess.run(["ip", "netns", "del", f"gpunode{state.net_block(paths)}-{name}"], capture_output=True,
                    check=False)
     (paths.node(name) / "sshd.sock").unlink(missing_ok=True)

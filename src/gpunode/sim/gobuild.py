@@ -56,18 +56,25 @@ def run_go(args: list[str], cwd: Path, log: Path, cgo: bool = False) -> None:
                            f"the whole log is {log}")
 
 
-def module_gomod(module: str, version: str) -> str:
-    """The go.mod file of ``module`` at ``version``, fetched through the module proxy."""
-    import json
-
+def _download(module: str, version: str, key: str) -> str:
     download = subprocess.run([go_binary(), "mod", "download", "-json", f"{module}@{version}"], capture_output=True,
                               text=True, check=False, env=go_env())
     try:
-        return Path(json.loads(download.stdout)["GoMod"]).read_text()
-    except (ValueError, KeyError, OSError) as error:
+        return str(json.loads(download.stdout)[key])
+    except (ValueError, KeyError) as error:
         raise GpunodeError(f"cannot fetch {module} {version}: {download.stdout.strip()[-400:]}"
                            f"{download.stderr.strip()[-400:]}", "check that the Go module proxy is reachable"
                            ) from error
+
+
+def module_gomod(module: str, version: str) -> str:
+    """The go.mod file of ``module`` at ``version``, fetched through the module proxy."""
+    return Path(_download(module, version, "GoMod")).read_text()
+
+
+def module_path(module: str, version: str) -> str:
+    """The folder of ``module`` at ``version`` in the module cache (downloaded if need be)."""
+    return _download(module, version, "Dir")
 
 
 def write_build_module(work: Path, gomod: str, packages: list[str], package: str = "build") -> None:
@@ -85,7 +92,8 @@ def finished(folder: Path, names: tuple[str, ...]) -> bool:
 
 
 def build_into(folder: Path, targets: list[tuple[str, str, str]], work: Path, log: Path, stamp: dict,
-               started: float, say: Callable[[str], None] | None = None, cgo: bool = False) -> float:
+               started: float, say: Callable[[str], None] | None = None, cgo: bool = False,
+               extra: Callable[[Path], None] | None = None) -> float:
     """Build each (binary, package, ldflags) of ``targets`` in the build module ``work`` into ``folder``.
 
     The folder appears whole or not at all: built aside, stamped (``stamp`` and the seconds since
@@ -101,6 +109,8 @@ def build_into(folder: Path, targets: list[tuple[str, str, str]], work: Path, lo
         run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / name), package], work, log, cgo)
         if say:
             say(f"  {name}: {time.monotonic() - step:.0f} s")
+    if extra is not None:  # what is not a go build (a C program of the same module) lands in the same folder
+        extra(staging)
     seconds = time.monotonic() - started
     (staging / STAMP).write_text(json.dumps({**stamp, "seconds": round(seconds)}) + "\n")
     shutil.rmtree(folder, ignore_errors=True)

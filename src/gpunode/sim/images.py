@@ -21,6 +21,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import tomlkit
+
 from gpunode.errors import GpunodeError
 from gpunode.sim import systemctl
 from gpunode.sim.hostcmd import run
@@ -31,7 +33,8 @@ SUITE = "bookworm"
 BASE_PACKAGES = ("openssh-server", "python3", "gnupg", "ca-certificates", "curl", "procps", "iproute2",
                  "kmod", "systemd", "less", "iputils-ping")
 LAYER_ORDER = ("sim", "containerd", "docker")
-LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc"), "docker": ("docker.io",)}
+LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc", "containernetworking-plugins"),
+                  "docker": ("docker.io",)}
 RUNTIME_LAYERS = {"containerd": ("containerd", "sim"), "docker": ("docker", "containerd", "sim")}
 SIM_LIB = "/usr/lib/gpunode-sim"
 
@@ -65,6 +68,21 @@ ExecStart=
 ExecStart=/usr/sbin/dockerd -H unix:///run/docker.sock --containerd=/run/containerd/containerd.sock $DOCKER_OPTS
 """
 APT_CONF = 'APT::Keep-Downloaded-Packages "false";\n'
+# The pod network of a node: one bridge inside the node's own network namespace (pods of different nodes never
+# talk to each other here; there is no kube-proxy). Debian's containernetworking-plugins live in /usr/lib/cni.
+CNI_CONFLIST = """{
+  "cniVersion": "1.0.0",
+  "name": "gpunode-pods",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]]}}
+  ]
+}
+"""
+# What an admin sets in containerd's CRI plugin for the kubelet on these nodes: the pause image the kubelet
+# expects (built locally, never pulled), and no oom_score_adj below containerd's own (this VM lacks
+# CAP_SYS_RESOURCE, so runc cannot give a sandbox -998).
+CRI_SETTINGS = {"sandbox_image": "registry.k8s.io/pause:3.10.1", "restrict_oom_score_adj": True}
 
 
 def _digest(*parts: object) -> str:
@@ -78,6 +96,8 @@ def _layer_digest(name: str) -> str:
         extra = (systemctl.RELEASE, systemctl.PATCHES, SYSTEMCTL_WRAPPER, SIM_INIT, SSHD_CONF, APT_CONF)
     if name == "docker":
         extra = (DOCKER_DROPIN,)
+    if name == "containerd":
+        extra = (CNI_CONFLIST, sorted(CRI_SETTINGS.items()))
     return _digest(name, LAYER_PACKAGES[name], parents, extra, _base_digest())
 
 
@@ -212,6 +232,19 @@ def _build_runtime_layer(paths: SimPaths, name: str, upper: Path) -> None:
     _chroot_build(paths, name, upper, script)
     if name == "docker":
         _write(upper, "/etc/systemd/system/docker.service.d/gpunode-sim.conf", DOCKER_DROPIN)
+    if name == "containerd":
+        _write(upper, "/etc/cni/net.d/10-gpunode-pods.conflist", CNI_CONFLIST)
+        _set_cri_settings(upper / "etc/containerd/config.toml")
+
+
+def _set_cri_settings(config: Path) -> None:
+    """Debian's containerd config with CRI_SETTINGS added, its comments and order kept."""
+    document = tomlkit.parse(config.read_text())
+    plugins = document.setdefault("plugins", tomlkit.table())
+    cri = plugins.setdefault("io.containerd.grpc.v1.cri", tomlkit.table())
+    for key, value in CRI_SETTINGS.items():
+        cri[key] = value
+    config.write_text(tomlkit.dumps(document))
 
 
 def prepare_images(paths: SimPaths, runtimes: set[str], say: Callable[[str], None]) -> None:

@@ -7,22 +7,33 @@ every staging module with its published ``v0.Y.Z``, read from that go.mod. etcd
 comes from the same module graph (``go.etcd.io/etcd/server/v3``, the version the
 pinned Kubernetes requires). The binaries land in the machine's cache
 (``/var/cache/gpunode/kubernetes-vX.Y.Z/``); a later run finds them there.
+
+The nodes' kubelet is another release: 1.35 is the last that supports
+containerd 1.x (Debian 12 ships 1.6.20) and cgroup v1 (with ``failCgroupV1:
+false``), and a kubelet two minors older than the API server is a supported
+skew. It is built the same way, with the pod sandbox's ``pause`` compiled from
+the same module's C source (``build/pause/linux/pause.c``) by the host's gcc,
+statically, as upstream's Makefile does.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gobuild import build_into, finished, module_gomod, run_go, write_build_module
+from gpunode.sim.gobuild import build_into, finished, module_gomod, module_path, run_go, write_build_module
 
 KUBERNETES_VERSION = "1.37.2"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 BINARIES = (*KUBE_COMMANDS, "etcd")
+KUBELET_VERSION = "1.35.4"
+PAUSE_VERSION = "3.10.1"  # build/pause/Makefile's TAG at KUBELET_VERSION
+NODE_BINARIES = ("kubelet", "pause")
 Say = Callable[[str], None]
 
 
@@ -78,15 +89,79 @@ def ensure_built(cache: Path, say: Say, version: str = KUBERNETES_VERSION) -> Pa
                        [ETCD_PACKAGE, *(f"k8s.io/kubernetes/cmd/{c}" for c in KUBE_COMMANDS)], "kubebuild")
     say("resolving modules (go mod tidy)")
     run_go(["mod", "tidy"], work, log)
-    minor = version.split(".")[1]
-    version_flags = " ".join(f"-X {pkg}.{key}={value}" for pkg in ("k8s.io/component-base/version",
-                                                           "k8s.io/client-go/pkg/version")
-                     for key, value in (("gitVersion", f"v{version}"), ("gitMajor", "1"), ("gitMinor", minor),
-                                        ("gitTreeState", "clean")))
-    targets = [(c, f"k8s.io/kubernetes/cmd/{c}", f"-s -w {version_flags}") for c in KUBE_COMMANDS]
+    targets = [(c, f"k8s.io/kubernetes/cmd/{c}", f"-s -w {version_ldflags(version)}") for c in KUBE_COMMANDS]
     targets.append(("etcd", ETCD_PACKAGE, "-s -w"))
     folder = binaries_dir(cache, version)
     seconds = build_into(folder, targets, work, log, {
         "version": version, "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, started, say)
     say(f"Kubernetes v{version} built in {seconds / 60:.1f} min: {folder}")
+    return folder
+
+
+def version_ldflags(version: str) -> str:
+    minor = version.split(".")[1]
+    return " ".join(f"-X {pkg}.{key}={value}" for pkg in ("k8s.io/component-base/version",
+                                                          "k8s.io/client-go/pkg/version")
+                    for key, value in (("gitVersion", f"v{version}"), ("gitMajor", "1"), ("gitMinor", minor),
+                                       ("gitTreeState", "clean")))
+
+
+def node_binaries_dir(cache: Path, version: str = KUBELET_VERSION) -> Path:
+    return cache / f"kubelet-v{version}"
+
+
+def node_built(cache: Path, version: str = KUBELET_VERSION) -> Path | None:
+    """The folder with the nodes' kubelet and pause when a finished build is cached, else None."""
+    folder = node_binaries_dir(cache, version)
+    return folder if finished(folder, NODE_BINARIES) else None
+
+
+def require_node(cache: Path) -> Path:
+    folder = node_built(cache)
+    if folder is None:
+        raise GpunodeError(f"the nodes' kubelet v{KUBELET_VERSION} is not built in {node_binaries_dir(cache)}",
+                           "run 'gpunode sim build' (or scripts/setup-host) once on this machine")
+    return folder
+
+
+def _compile_pause(module_dir: Path, target: Path, log: Path) -> None:
+    source = module_dir / "build/pause/linux/pause.c"
+    if not source.is_file():
+        raise GpunodeError(f"{source} is missing from the k8s.io/kubernetes module", f"see {log}")
+    argv = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{PAUSE_VERSION}-gpunode", "-o", str(target),
+            str(source)]
+    with log.open("a") as handle:
+        handle.write(f"$ {' '.join(argv)}\n")
+        handle.flush()
+        result = subprocess.run(argv, stdout=handle, stderr=subprocess.STDOUT, check=False)
+    if result.returncode != 0:
+        raise GpunodeError(f"compiling pause.c failed (exit {result.returncode})",
+                           f"install gcc and libc6-dev (scripts/setup-host does); the log is {log}")
+
+
+def ensure_node_built(cache: Path, say: Say, version: str = KUBELET_VERSION) -> Path:
+    """Build the nodes' kubelet and pause unless cached; return their folder."""
+    folder = node_built(cache, version)
+    if folder is not None:
+        return folder
+    started = time.monotonic()
+    work = cache / f"kubelet-build-v{version}"
+    log = work / "build.log"
+    work.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    say(f"building the nodes' kubelet v{version} and pause {PAUSE_VERSION} from the Go module proxy, once per "
+        f"machine; log: {log}")
+    gomod = module_gomod("k8s.io/kubernetes", f"v{version}")
+    write_build_module(work, build_module(version, gomod), ["k8s.io/kubernetes/cmd/kubelet"], "kubeletbuild")
+    run_go(["mod", "tidy"], work, log)
+    module_dir = Path(module_path("k8s.io/kubernetes", f"v{version}"))
+    targets = [("kubelet", "k8s.io/kubernetes/cmd/kubelet", f"-s -w {version_ldflags(version)}")]
+
+    def pause(staging: Path) -> None:
+        _compile_pause(module_dir, staging / "pause", log)
+
+    seconds = build_into(folder := node_binaries_dir(cache, version), targets, work, log, {
+        "version": version, "pause": PAUSE_VERSION,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, started, say, extra=pause)
+    say(f"kubelet v{version} built in {seconds / 60:.1f} min: {folder}")
     return folder

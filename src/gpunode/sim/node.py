@@ -6,8 +6,15 @@ plan and console log) plus a handful of host processes: the namespaced init,
 the socat forwarders that connect its private network to the host's loopback
 (sshd on 22 and the kubelet's port 10250 at the node's address; the local
 repository at the node's 127.0.0.1:8080 and the API server at its own address
-inside the node), and the node's kubelet (``gpunode.sim.nodeagent``), started
-inside the node once it has booted.
+inside the node), and the node's kubelet.
+
+On containerd nodes the kubelet is the real one (v1.35, built by ``gpunode sim
+build``), a ``kubelet.service`` the node's init starts, with the node's
+containerd as its CRI runtime. A real kubelet refuses a loopback node IP, so the
+node also has ``10.230.<block>.<n>`` on its own loopback device (the API server
+reaches it through ``gpunode.sim.egress``). Docker nodes run the simulator's
+node agent (``gpunode.sim.nodeagent``) instead: Kubernetes removed its docker
+support, and cri-dockerd is not built here.
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
+from gpunode.sim.egress import node_address
 from gpunode.sim.gpus import driver_state
 from gpunode.sim.images import lower_dirs
+from gpunode.sim.oci import archive_digest
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive, signal_group, signal_pid
 from gpunode.sim.profiles import NodeSpec
@@ -38,6 +49,38 @@ REBOOT_REQUEST = "reboot-requested"  # written by the node's reboot stand-in int
 KUBELET_PORT = 10250
 REPO_PORT = 8080
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
+KUBELET_UNIT_LINK = "etc/systemd/system/multi-user.target.wants/kubelet.service"
+
+
+def real_kubelet(runtime: str) -> bool:
+    """Whether a node with ``runtime`` runs the real kubelet (else the simulator's node agent)."""
+    return runtime == "containerd" and os.environ.get("GPUNODE_SIM_KUBELET", "real") != "agent"
+
+
+def kubelet_config(cgroup_root: str) -> dict:
+    """The real kubelet's configuration on a simulated node; each setting says why it differs from kubeadm's."""
+    pki = "/etc/kubernetes/pki"
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "failCgroupV1": False,  # this machine's cgroups are v1; 1.35 still runs there when told so
+        "cgroupDriver": "cgroupfs",  # no systemd as the node's init
+        "cgroupRoot": cgroup_root,  # nodes share the host's cgroup tree: each boot has a root of its own
+        # the kubelet would set vm.overcommit_memory, kernel.panic and kernel.panic_on_oops, machine-wide: it only
+        # checks them, and the node's /proc/sys shows it the values it wants (gpunode.sim.nodeinit)
+        "protectKernelDefaults": True,
+        "failSwapOn": False,
+        "address": "127.0.0.1", "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
+        "tlsCertFile": f"{pki}/kubelet.crt", "tlsPrivateKeyFile": f"{pki}/kubelet.key",
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                           "x509": {"clientCAFile": f"{pki}/ca.crt"}},
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": "unix:///run/containerd/containerd.sock",
+        "localStorageCapacityIsolation": False,  # the nodes' root is an overlay: no filesystem stats to isolate
+        "evictionHard": {"memory.available": "1Mi"},  # nodes share the host's memory and disk figures
+        "imageGCHighThresholdPercent": 100,  # images here cannot be pulled again: never collect them
+        "imageGCLowThresholdPercent": 99,
+        "resolvConf": "/etc/resolv.conf",
+    }
 
 
 @dataclass
@@ -136,6 +179,12 @@ class SimNode:
                 "runtime_version": runtime_version(self.paths, self.spec.runtime)}, indent=2) + "\n",
             **node_credentials(self.paths, self.spec.name, self.spec.address),
         }
+        boot_id = str(uuid.uuid4())
+        real = real_kubelet(self.spec.runtime)
+        binds = code_roots()
+        if real:
+            files |= self._kubelet_files(boot_id)
+            binds += [str(p) for p in self._kubelet_binds()]
         for relative, text in files.items():
             target = self.upper / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -152,6 +201,8 @@ class SimNode:
                    state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])
         self._link("usr/bin/nv-fabricmanager", "/usr/lib/gpunode-sim/nv-fabricmanager",
                    state["fabricmanager"]["installed"])
+        self._link(KUBELET_UNIT_LINK, "/lib/systemd/system/kubelet.service", real)
+        self._link("usr/local/bin/kubelet", f"{self._kubelet_binds()[0]}/kubelet" if real else "", real)
         proc, sysmod, devices = driver_files(state)
         plan = {
             "hostname": self.spec.name,
@@ -160,14 +211,37 @@ class SimNode:
             "work": str(self.dir / "work"),
             "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.runtime)],
             "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
-            "code_binds": code_roots(),
-            "boot_id": str(uuid.uuid4()),
+            "code_binds": binds,
+            "boot_id": boot_id,
             "proc_driver": proc,
             "sys_module": sysmod,
             "devices": devices,
         }
         (self.dir / "boot.json").write_text(json.dumps(plan, indent=2))
         return host_pub
+
+    def _kubelet_binds(self) -> list[Path]:
+        from gpunode.sim import kubernetes, plugin_image
+
+        return [kubernetes.require_node(self.paths.cache), plugin_image.require(self.paths.cache)]
+
+    def _kubelet_files(self, boot_id: str) -> dict[str, str]:
+        from gpunode.sim import plugin_image, tools, workload_image
+
+        plugin = plugin_image.require(self.paths.cache)
+        tools_layer = self.paths.layer("tools")
+        archives = {tools.PAUSE_NAME: tools_layer / tools.PAUSE_IMAGE,
+                    workload_image.IMAGE_NAME: tools_layer / tools.WORKLOAD_IMAGE,
+                    plugin_image.describe(plugin)["name"]: plugin / plugin_image.ARCHIVE}
+        inside = {tools.PAUSE_NAME: f"/{tools.PAUSE_IMAGE}", workload_image.IMAGE_NAME: f"/{tools.WORKLOAD_IMAGE}"}
+        images = " ".join(f"{name}@{archive_digest(path)}={inside.get(name, path)}" for name, path in archives.items())
+        cgroup_root = cgroup_root_of(boot_id)
+        extra = f"--hostname-override={self.spec.name} --node-ip={node_address(self.spec.address)}"
+        return {
+            "etc/kubernetes/kubelet-config.yaml": yaml.safe_dump(kubelet_config(cgroup_root), sort_keys=False),
+            "etc/default/kubelet": (f'KUBELET_EXTRA_ARGS="{extra}"\nGPUNODE_CGROUP_ROOT={cgroup_root}\n'
+                                    f'GPUNODE_IMAGES="{images}"\n'),
+        }
 
     def _link(self, relative: str, target: str, wanted: bool) -> None:
         path = self.upper / relative
@@ -187,6 +261,9 @@ class SimNode:
         if not Path(f"/run/netns/{ns}").exists():
             subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        # the address the node's kubelet reports (a real kubelet refuses a loopback one); only inside the node
+        subprocess.run(["ip", "-n", ns, "addr", "replace", f"{node_address(self.spec.address)}/32", "dev", "lo"],
+                       check=True, capture_output=True)
         log = self.console_log.open("ab")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         commands = {
@@ -281,6 +358,28 @@ def runtime_version(paths: SimPaths, runtime: str) -> str:
                 version = next((line.split(": ", 1)[1] for line in block.splitlines()
                                 if line.startswith("Version: ")), version)
     return f"{runtime}://{version}"
+
+
+def cgroup_root_of(boot_id: str) -> str:
+    """The real kubelet's cgroup root for one boot of a node (workload containers of the agent use
+    ``/gpunode-<boot8>-<pod>``)."""
+    return f"/gpunode-{boot_id[:8]}"
+
+
+def remove_cgroups(boot_id: str, root: Path = Path("/sys/fs/cgroup")) -> list[str]:
+    """Remove a stopped node's kubelet cgroup tree from every controller; return what could not go."""
+    left = []
+    name = cgroup_root_of(boot_id).lstrip("/")
+    for controller in sorted(root.iterdir()) if root.is_dir() else []:
+        top = controller / name
+        if not top.is_dir():
+            continue
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [top]:
+            try:
+                folder.rmdir()
+            except OSError as error:
+                left.append(f"{folder}: {error.strerror}")
+    return left
 
 
 def code_roots() -> list[str]:

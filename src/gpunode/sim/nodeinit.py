@@ -19,6 +19,10 @@ import sys
 from pathlib import Path
 
 OLD_ROOT = ".gpunode-oldroot"
+# Machine-wide kernel settings a real kubelet wants (it would write them, or with protectKernelDefaults refuse to
+# start when they differ). Inside a node, files with these values are bound read-only over them: the kubelet
+# reads what it wants, and nothing in a node can change the machine's settings.
+KUBELET_SYSCTLS = {"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"}
 BASIC_DEVICES = (
     ("null", 1, 3, 0o666), ("zero", 1, 5, 0o666), ("full", 1, 7, 0o666), ("random", 1, 8, 0o666),
     ("urandom", 1, 9, 0o666), ("tty", 5, 0, 0o666), ("net/tun", 10, 200, 0o666), ("fuse", 10, 229, 0o666),
@@ -73,6 +77,14 @@ def boot(plan: dict) -> None:
         boot_id = Path(plan["upper"]).parent / "boot_id"
         boot_id.write_text(plan["boot_id"] + "\n")
         sh("mount", "--bind", str(boot_id), str(merged / "proc/sys/kernel/random/boot_id"))
+    sysctls = Path(plan["upper"]).parent / "sysctl"
+    sysctls.mkdir(exist_ok=True)
+    for key, value in KUBELET_SYSCTLS.items():
+        shown = sysctls / key.replace("/", ".")
+        shown.write_text(value + "\n")
+        target = merged / "proc/sys" / key
+        sh("mount", "--bind", str(shown), str(target))
+        sh("mount", "-o", "remount,bind,ro", str(target))
     sh("mount", "-t", "sysfs", "-o", "nosuid,nodev,noexec", "sysfs", str(merged / "sys"))
     sh("mount", "--rbind", "/sys/fs/cgroup", str(merged / "sys/fs/cgroup"))
     setup_dev(merged / "dev", plan["devices"])

@@ -10,10 +10,49 @@ import shutil
 from pathlib import Path
 
 from gpunode.sim.aptrepo import render_standin
+from gpunode.sim.oci import files_layer, write_archive
 from gpunode.sim.workload_image import write_image
 
 WORKLOAD_IMAGE = "usr/lib/gpunode-sim/workload-image.tar"
 WORKLOAD_ROOTFS = "usr/lib/gpunode-sim/workload-rootfs.tar"
+PAUSE_IMAGE = "usr/lib/gpunode-sim/pause-image.tar"
+PAUSE_NAME = "registry.k8s.io/pause:3.10.1"  # images.CRI_SETTINGS' sandbox_image
+
+KUBELET_UNIT = """[Unit]
+Description=kubelet: The Kubernetes Node Agent (gpunode simulated node)
+After=containerd.service
+Wants=containerd.service
+
+[Service]
+EnvironmentFile=-/etc/default/kubelet
+ExecStartPre=/usr/lib/gpunode-sim/kubelet-prepare
+ExecStart=/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet-config.yaml \
+--kubeconfig=/etc/kubernetes/kubelet.conf $KUBELET_EXTRA_ARGS
+Restart=always
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
+"""
+# What a node image would hold and a registry would serve: the images the kubelet's pods use, imported into
+# containerd's k8s.io namespace once, and the cgroup root the kubelet is told to use (it must exist).
+KUBELET_PREPARE = """#!/bin/sh
+# gpunode simulated node: before the kubelet starts
+set -e
+. /etc/default/kubelet
+for controller in /sys/fs/cgroup/*/; do
+  [ -e "${controller}cgroup.procs" ] && mkdir -p "${controller}${GPUNODE_CGROUP_ROOT#/}"
+done
+tries=0
+until ctr version >/dev/null 2>&1; do
+  tries=$((tries + 1)); [ "$tries" -gt 300 ] && { echo "containerd did not answer in 60 s" >&2; exit 1; }
+  sleep 0.2
+done
+present=$(ctr -n k8s.io images ls | awk 'NR > 1 {print $1 "@" $3}')
+for entry in $GPUNODE_IMAGES; do  # name@digest=archive: imported when absent or another build
+  echo "$present" | grep -qxF "${entry%%=*}" || ctr -n k8s.io images import "${entry#*=}" >/dev/null
+done
+"""
 
 FABRICMANAGER_UNIT = """[Unit]
 Description=NVIDIA fabric manager service (gpunode simulated)
@@ -40,7 +79,7 @@ FILES: dict[str, tuple[str, int]] = {
 }
 
 
-def write_tools_layer(target: Path) -> None:
+def write_tools_layer(target: Path, pause: Path) -> None:
     """Write the layer, unless it is already exactly so.
 
     Running nodes have it as an overlay lower layer: replacing it under them breaks
@@ -50,7 +89,7 @@ def write_tools_layer(target: Path) -> None:
     fresh = target.with_name(f"{target.name}.new")
     if fresh.exists():
         shutil.rmtree(fresh)
-    _write(fresh)
+    _write(fresh, pause)
     if target.exists() and _same_tree(fresh, target):
         shutil.rmtree(fresh)
         return
@@ -66,7 +105,7 @@ def _same_tree(left: Path, right: Path) -> bool:
     return listing(left) == listing(right)
 
 
-def _write(target: Path) -> None:
+def _write(target: Path, pause: Path) -> None:
     for relative, (standin, mode) in FILES.items():
         path = target / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,3 +118,17 @@ def _write(target: Path) -> None:
     sources.parent.mkdir(parents=True, exist_ok=True)
     sources.write_text(SOURCES_LIST)
     write_image(target / WORKLOAD_IMAGE, target / WORKLOAD_ROOTFS)
+    kubelet_unit = target / "usr/lib/systemd/system/kubelet.service"
+    kubelet_unit.write_text(KUBELET_UNIT)
+    prepare = target / "usr/lib/gpunode-sim/kubelet-prepare"
+    prepare.write_text(KUBELET_PREPARE)
+    prepare.chmod(0o755)
+    write_pause_image(target / PAUSE_IMAGE, pause)
+
+
+def write_pause_image(target: Path, pause: Path) -> str:
+    """The pod sandbox image: upstream's pause, built here, as registry.k8s.io/pause runs it."""
+    layer = files_layer({"pause": (pause.read_bytes(), 0o755)})
+    config = {"architecture": "amd64", "os": "linux",
+              "config": {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/"}}
+    return write_archive(target, [layer], config, [PAUSE_NAME])

@@ -6,8 +6,12 @@ An OCI runtime that hands every call to runc, as the real one does. On
 ``void``/``none``/empty), it does what the real prestart hook does for the
 simulated driver: the selected GPUs' device nodes, /dev/nvidiactl and
 /dev/nvidia-uvm, and an ``nvidia-smi`` that lists exactly those GPUs (the node's
-simulated GPU state), bound into the container. Under plain runc none of it
-happens, so the container sees no GPU.
+simulated GPU state), bound into the container. Where the real hook mounts the
+driver's libraries (libnvidia-ml.so for NVML), this one mounts the simulated
+driver's state (the GPU state file and the health-event folder) and sets
+GPUNODE_PLUGIN_BACKEND=sim, so an NVML user such as the device plugin's image
+finds the node's GPUs. Under plain runc none of it happens, so the container sees
+no GPU and no NVML.
 """
 
 import json
@@ -16,6 +20,7 @@ import sys
 
 STATE = "/etc/gpunode-sim/gpu.json"
 SELECTED_DIR = "/run/gpunode-sim/containers"
+EVENTS_DIR = "/run/gpunode-sim/events"
 
 
 def visible(env: list[str]) -> str | None:
@@ -55,6 +60,13 @@ def inject(bundle: str, container: str) -> None:
     for device in [f"/dev/nvidia{g['minor']}" for g in gpus] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]:
         if os.path.exists(device):
             mounts.append({"destination": device, "type": "bind", "source": device, "options": ["rbind"]})
+    # the simulated driver's "libraries": its state for NVML users, read-only
+    os.makedirs(EVENTS_DIR, exist_ok=True)
+    mounts.append({"destination": STATE, "type": "bind", "source": STATE, "options": ["rbind", "ro"]})
+    mounts.append({"destination": EVENTS_DIR, "type": "bind", "source": EVENTS_DIR, "options": ["rbind", "ro"]})
+    process = spec.setdefault("process", {})
+    process["env"] = [*process.get("env", []), "GPUNODE_PLUGIN_BACKEND=sim",
+                      f"GPUNODE_SIM_HEALTH_EVENTS={EVENTS_DIR}/health-events"]
     with open(path, "w") as handle:
         json.dump(spec, handle)
 
