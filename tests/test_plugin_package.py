@@ -32,5 +32,8 @@ def test_plugin_entry_point_runs_without_importing_gpunode_or_pyinfra() -> None:
 
 
 def test_image_runs_the_same_entry_point() -> None:
+    """The image runs ``python3 -m gpunode_plugin``: the module whose main the console script calls."""
     dockerfile = (PLUGIN / "Dockerfile").read_text()
-    assert 'ENTRYPOINT ["gpunode-device-plugin"]' in dockerfile
+    assert 'ENTRYPOINT ["/usr/bin/python3", "-m", "gpunode_plugin"]' in dockerfile
+    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["gpunode-device-plugin"] == "gpunode_plugin.__main__:main"

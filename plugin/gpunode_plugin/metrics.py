@@ -9,6 +9,7 @@ HELP = {
     "gpunode_plugin_devices": ("gauge", "Devices advertised, by resource and health."),
     "gpunode_plugin_allocations_total": ("counter", "Allocate calls answered, by resource."),
     "gpunode_plugin_allocation_errors_total": ("counter", "Allocate calls refused, by resource."),
+    "gpunode_plugin_preferred_allocations_total": ("counter", "GetPreferredAllocation calls answered, by resource."),
     "gpunode_plugin_registrations_total": ("counter", "Successful registrations with the kubelet, by resource."),
     "gpunode_plugin_reregistrations_total": ("counter", "Registrations after the first (kubelet restarts, lost "
                                                         "streams), by resource."),
@@ -48,6 +49,7 @@ class Metrics:
         with self._lock:
             snapshot = {k: dict(v) for k, v in self.counters.items()}
         for metric in ("gpunode_plugin_allocations_total", "gpunode_plugin_allocation_errors_total",
+                       "gpunode_plugin_preferred_allocations_total",
                        "gpunode_plugin_registrations_total", "gpunode_plugin_reregistrations_total",
                        "gpunode_plugin_registration_errors_total"):
             header(metric)

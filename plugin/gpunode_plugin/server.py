@@ -69,6 +69,7 @@ class DevicePluginService(rpc.DevicePluginServicer):
             chosen = preferred(self.resource, list(container.available_deviceIDs),
                                list(container.must_include_deviceIDs), container.allocation_size)
             response.container_responses.add(deviceIDs=chosen)
+        self.metrics.inc("preferred_allocations_total", self.resource.name)
         return response
 
     def Allocate(self, request: pb.AllocateRequest, context: grpc.ServicerContext) -> pb.AllocateResponse:

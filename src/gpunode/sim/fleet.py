@@ -25,7 +25,16 @@ from gpunode.errors import GpunodeError
 from gpunode.sim import controlplane, images, kubernetes, plugin_image, prereqs, toolkit_build
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
-from gpunode.sim.node import REPO_PORT, NodeProcess, SimNode, init_pid_of, real_kubelet, remove_cgroups, stop_processes
+from gpunode.sim.node import (
+    REPO_PORT,
+    NodeProcess,
+    SimNode,
+    cgroup_root_of,
+    init_pid_of,
+    real_kubelet,
+    remove_cgroups,
+    stop_processes,
+)
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive
 from gpunode.sim.profiles import NodeSpec, load_profile
@@ -451,6 +460,15 @@ def leftovers(paths: SimPaths) -> list[str]:
             found.append(f"network namespace {ns.name}")
     if not state.data["nodes"]:
         found += [f"process {pid}: {cmdline[:120]}" for pid, cmdline in _stray_processes(paths)]
+    for plan in sorted((paths.state / "nodes").glob("*/boot.json")):
+        if plan.parent.name in state.data["nodes"]:
+            continue
+        try:
+            boot_id = json.loads(plan.read_text()).get("boot_id") or ""
+        except (OSError, ValueError):
+            continue
+        name = cgroup_root_of(boot_id).lstrip("/") if boot_id else ""
+        found += [f"cgroup {c}" for c in sorted(Path("/sys/fs/cgroup").glob(f"*/{name}"))] if name else []
     return found
 
 

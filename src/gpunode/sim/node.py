@@ -80,6 +80,9 @@ def kubelet_config(cgroup_root: str) -> dict:
         "imageGCHighThresholdPercent": 100,  # images here cannot be pulled again: never collect them
         "imageGCLowThresholdPercent": 99,
         "resolvConf": "/etc/resolv.conf",
+        # the cluster DNS address pods are given (no DNS answers there: nothing in the simulated fleet resolves
+        # names, and a node's network namespace has no route out)
+        "clusterDNS": ["10.96.0.10"], "clusterDomain": "cluster.local",
     }
 
 

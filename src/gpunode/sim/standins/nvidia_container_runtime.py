@@ -21,6 +21,8 @@ import sys
 STATE = "/etc/gpunode-sim/gpu.json"
 SELECTED_DIR = "/run/gpunode-sim/containers"
 EVENTS_DIR = "/run/gpunode-sim/events"
+# accept-nvidia-visible-devices-as-volume-mounts = true, as the device plugin's volume-mounts strategy needs
+VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
 
 
 def visible(env: list[str]) -> str | None:
@@ -29,12 +31,16 @@ def visible(env: list[str]) -> str | None:
     return None if chosen in ("", "void", "none") else chosen
 
 
-def selected_gpus(chosen: str) -> list[dict]:
+def selected_gpus(chosen: str, mounts: list[dict]) -> list[dict]:
     with open(STATE) as handle:
         gpus = json.load(handle).get("gpus", [])
     if chosen == "all":
         return gpus
-    wanted = [item.strip() for item in chosen.split(",")]
+    if chosen == VOLUME_MOUNTS:  # the device plugin's volume-mounts strategy: one mount per device under it
+        wanted = [m["destination"].rsplit("/", 1)[1] for m in mounts
+                  if m.get("destination", "").startswith(VOLUME_MOUNTS + "/")]
+    else:
+        wanted = [item.strip() for item in chosen.split(",")]
     return [g for g in gpus if g["uuid"] in wanted or str(g["index"]) in wanted]
 
 
@@ -45,7 +51,7 @@ def inject(bundle: str, container: str) -> None:
     chosen = visible(spec.get("process", {}).get("env", []))
     if chosen is None:
         return
-    gpus = selected_gpus(chosen)
+    gpus = selected_gpus(chosen, spec.get("mounts", []))
     folder = os.path.join(SELECTED_DIR, container)
     os.makedirs(folder, exist_ok=True)
     smi = os.path.join(folder, "nvidia-smi")
