@@ -35,6 +35,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 GPUNODE = [sys.executable, "-m", "gpunode.cli"]
+# containerd's default config with what the simulated nodes' admin sets for their kubelet (the locally built pause
+# image, no oom_score_adj below containerd's own, Debian's CNI folder): a node's config "reset to the default"
+# without making its pods impossible to start for reasons of this machine's, not of the nvidia runtime
+CONTAINERD_DEFAULT = ("containerd config default | sed -e 's|registry.k8s.io/pause:3.6|registry.k8s.io/pause:3.10.1|'"
+                      " -e 's|restrict_oom_score_adj = false|restrict_oom_score_adj = true|'"
+                      " -e 's|/opt/cni/bin|/usr/lib/cni|'")
 
 
 def fleet_unavailable() -> str | None:
@@ -103,3 +109,45 @@ def fleet(sim_env: dict[str, str]) -> Iterator[dict]:
         yield info
     finally:
         gpunode("sim", "down", env=sim_env, check=False)
+
+
+# Machine-wide settings a kubelet would change (it sets them at start unless protectKernelDefaults) and others a
+# simulated node must never touch: the same before and after the whole run.
+HOST_SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
+                "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward",
+                "net/ipv4/conf/all/forwarding")
+
+
+def host_sysctls() -> dict[str, str]:
+    values = {}
+    for key in HOST_SYSCTLS:
+        try:
+            values[key] = (Path("/proc/sys") / key).read_text().strip()
+        except OSError:
+            values[key] = "(unreadable)"
+    return values
+
+
+def node_cgroups(basetemp: Path) -> list[str]:
+    """cgroups of this run's nodes still on the host: kubelet roots and workload containers, by boot id."""
+    left = []
+    for plan in basetemp.glob("**/nodes/*/boot.json"):
+        try:
+            boot = json.loads(plan.read_text()).get("boot_id", "")[:8]
+        except (OSError, ValueError):
+            continue
+        if boot:
+            left += [str(p) for p in Path("/sys/fs/cgroup").glob(f"*/gpunode-{boot}*")]
+    return sorted(left)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_unchanged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After every fleet of the run is down: the host's kernel settings as before, no node cgroup left."""
+    before = host_sysctls()
+    yield
+    after = host_sysctls()
+    changed = {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert not changed, f"the run changed the host's kernel settings: {changed}"
+    left = node_cgroups(tmp_path_factory.getbasetemp())
+    assert not left, f"cgroups of this run's nodes are still on the host: {left[:10]}"

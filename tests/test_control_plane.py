@@ -46,8 +46,12 @@ def test_kubectl_lists_the_fleets_nodes_ready_with_their_runtimes(fleet: dict) -
         assert ready["status"] == "True"
     assert nodes["node01"]["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://1.6.")
     assert nodes["node02"]["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("docker://20.10.")
+    # the real kubelet (containerd nodes) refuses a loopback node IP: the node's own 10.230.B.N; the agent (docker)
     assert nodes["node01"]["status"]["addresses"][0] == {"type": "InternalIP",
-                                                            "address": f"127.0.{block(fleet['env'])}.1"}
+                                                            "address": f"10.230.{block(fleet['env'])}.1"}
+    assert nodes["node02"]["status"]["addresses"][0] == {"type": "InternalIP",
+                                                            "address": f"127.0.{block(fleet['env'])}.2"}
+    assert nodes["node01"]["status"]["nodeInfo"]["kubeletVersion"] == "v1.35.4"
     version = json.loads(kubectl(fleet, "version", "-o", "json").stdout)
     assert version["serverVersion"]["gitVersion"] == f"v{KUBERNETES_VERSION}"
     assert kubectl(fleet, "get", "pods", "-A").returncode == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, block, gpunode
+from .conftest import CONTAINERD_DEFAULT, REPO, block, gpunode
 
 pytestmark = pytest.mark.fleet
 INVENTORY = "inventories/sim.py"
@@ -117,7 +117,7 @@ def test_verify_changes_nothing_on_a_node(fleet: dict, tmp_path: Path) -> None:
 
 
 BREAKAGES = [
-    ("node01", "runtime", "containerd config default > /etc/containerd/config.toml",
+    ("node01", "runtime", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml",
      "containerd's effective config has no nvidia runtime"),
     ("node02", "toolkit_repo", "rm /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg",
      "nvidia-container-toolkit-keyring.gpg is missing"),
@@ -154,7 +154,7 @@ def test_pin_upgrade_and_both_toolkit_layouts_converge(fleet: dict, tmp_path: Pa
     ok, _ = verify(fleet, tmp_path, "--data", pin)
     assert ok.returncode == 0, ok.stdout  # the 1.17 in-place config still reads as configured
     # a node configured by 1.20 from scratch: drop-in plus imports
-    ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml")
+    ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml")
     result, report = deploy(fleet, tmp_path, "--data", pin)
     assert result.returncode == 0, result.stderr[-3000:]
     assert ssh(fleet, "node01", "cat /etc/containerd/conf.d/99-nvidia.toml").count("runtimes.nvidia") >= 1
@@ -207,7 +207,7 @@ def test_a_pinned_version_that_does_not_exist(fleet: dict, tmp_path: Path) -> No
 
 
 def test_invalid_containerd_toml_is_refused_and_left_as_it_is(fleet: dict, tmp_path: Path) -> None:
-    ssh(fleet, "node01", "cp /etc/containerd/config.toml /root/config.good; containerd config default"
+    ssh(fleet, "node01", f"cp /etc/containerd/config.toml /root/config.good; {CONTAINERD_DEFAULT}"
         " > /etc/containerd/config.toml; printf '[plugins\\n' >> /etc/containerd/config.toml")
     broken = checksum(fleet, "node01", "/etc/containerd/config.toml")
     result, _ = deploy(fleet, tmp_path, "--limit", "node01")
@@ -220,7 +220,7 @@ def test_invalid_containerd_toml_is_refused_and_left_as_it_is(fleet: dict, tmp_p
 
 
 def test_runtime_that_does_not_come_back_is_restored(fleet: dict, tmp_path: Path) -> None:
-    ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml;"
+    ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml;"
         " mv /usr/bin/ctr /usr/bin/ctr.real; printf '#!/bin/sh\\nexit 1\\n' > /usr/bin/ctr; chmod +x /usr/bin/ctr")
     before = checksum(fleet, "node01", "/etc/containerd/config.toml")
     try:

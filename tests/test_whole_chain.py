@@ -20,7 +20,7 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
-from .conftest import block, gpunode
+from .conftest import CONTAINERD_DEFAULT, block, gpunode
 from .test_provisioning import INVENTORY, deploy, failing, ssh, verify
 from .test_rollout import api
 
@@ -144,7 +144,7 @@ NODE_FAULTS = {
                                            "nvidia-container-toolkit-base >/dev/null 2>&1"),
         "node01", "toolkit", "toolkit", None),
     "runtime-not-configured": (
-        lambda fleet: ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml; "
+        lambda fleet: ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml; "
                                            "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd"),
         "node01", "runtime", "no nvidia runtime", None),
 }
@@ -170,7 +170,7 @@ def test_doctor_names_each_node_fault_and_verify_fails_that_step(fleet: dict, tm
 
 
 def test_missing_nvidia_runtime_fails_the_pod_with_cris_words(fleet: dict, tmp_path: Path) -> None:
-    ssh(fleet, "node01", "containerd config default > /etc/containerd/config.toml; "
+    ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml; "
                          "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd")
     try:
         output = run_pod(fleet, "no-handler", "--node-selector", "accelerator=nvidia-a100", "--timeout", "5")

@@ -183,7 +183,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if clash:
         raise GpunodeError(f"{', '.join(clash)} already running with another profile",
                            "run 'gpunode sim down' first, or keep the running profiles")
-    started = time.monotonic()
+    started, booted = time.monotonic(), time.time()
     say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
     write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
@@ -234,7 +234,8 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
             error = _start_kubelet(paths, node, state)
             if error:
                 waits[node.spec.name] = error
-    waits.update(_wait_registered(paths, [n.spec.name for n in to_wait if waits.get(n.spec.name) is None]))
+    waits.update(_wait_registered(paths, [n.spec.name for n in to_wait if waits.get(n.spec.name) is None],
+                                  booted))
     for node in nodes:
         spec = node.spec
         if any(r.name == spec.name for r in report.nodes):
@@ -267,8 +268,10 @@ def _start_kubelet(paths: SimPaths, node: SimNode, state: FleetState) -> str | N
     return None
 
 
-def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
-    """Wait until each node's kubelet registered a Ready Node; name -> why not, for those that did not."""
+def _wait_registered(paths: SimPaths, names: list[str], since: float) -> dict[str, str]:
+    """Wait until each node's kubelet posted a Ready Node after ``since`` (a Node of an earlier boot still says
+    Ready until the controller manager notices) and holds its Lease; name -> why not, for those that did not."""
+    from lightkube.resources.coordination_v1 import Lease
     from lightkube.resources.core_v1 import Node
 
     if not names:
@@ -278,10 +281,12 @@ def _wait_registered(paths: SimPaths, names: list[str]) -> dict[str, str]:
     waiting = set(names)
     while waiting and time.monotonic() < deadline:
         try:
+            leased = {lease.metadata.name for lease in client.list(Lease, namespace="kube-node-lease")}
             for node in client.list(Node):
                 ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) \
                     if node.status else None
-                if ready is not None and ready.status == "True":
+                beat = ready.lastHeartbeatTime.timestamp() if ready is not None and ready.lastHeartbeatTime else 0
+                if ready is not None and ready.status == "True" and beat >= since - 1 and node.metadata.name in leased:
                     waiting.discard(node.metadata.name)
         except Exception:  # noqa: BLE001, S110 - the API may be busy: asked again until the deadline
             pass
