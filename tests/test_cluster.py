@@ -196,6 +196,14 @@ READY = PluginPodState("n1", "p-1", "Running", True)
      "logs p-1 --previous"),
     (ROLLED, PluginPodState("n1", "p-1", "Running", False), NODE, "plugin-not-ready", "logs p-1"),
     (ROLLED, READY, NODE, "gpus-unhealthy", "nvidia-smi -q"),
+    # the real kubelet's words when the node's containerd has no handler for the pod's RuntimeClass
+    (ROLLED, PluginPodState("n1", "p-1", "Pending", False, "ContainerCreating", warnings=(
+        'FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get '
+        'sandbox runtime: no runtime for "nvidia" is configured',)), NODE, "plugin-sandbox-failed",
+     "deploys/runtime.py"),
+    (ROLLED, PluginPodState("n1", "p-1", "Pending", False, "ContainerCreating", warnings=(
+        'FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: failed to get sandbox image',)), NODE,
+     "plugin-sandbox-failed", "describe pod p-1"),
 ])
 def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutState, pod: PluginPodState,
                                                               node: NodeLabelsState, code: str, fix: str) -> None:
@@ -203,6 +211,7 @@ def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutSta
     assert [f.code for f in findings] == [code]
     assert "n1 offers 0 allocatable nvidia.com/gpu, its driver sees 4" in findings[0].what
     assert fix in findings[0].fix
+    assert all(f"event {w}" in findings[0].evidence for w in pod.warnings)  # quoted as read
 
 
 def test_device_plugin_diagnosis_is_quiet_when_every_gpu_is_offered() -> None:

@@ -129,10 +129,14 @@ def test_a_pod_asking_more_gpus_than_the_node_has_is_refused_by_the_scheduler(fl
     assert "Insufficient nvidia.com/gpu" in run.stdout + run.stderr
 
 
-def set_plugin_args(client: Client, extra: list[str]) -> None:
-    ds = client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)
-    args = [a for a in ds.spec.template.spec.containers[0].args if not a.startswith("--device-list-strategy=")]
-    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args + extra}]
+def plugin_args(client: Client) -> list[str]:
+    return list(client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE).spec.template.spec
+                .containers[0].args)
+
+
+def set_plugin_args(client: Client, args: list[str]) -> None:
+    """Give the DaemonSet's container these args and wait for node01's new plugin pod to serve every GPU."""
+    patch = [{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}]
     old = plugin_pod(client).metadata.uid
     client.patch(DaemonSet, "gpunode-device-plugin", patch, namespace=NAMESPACE, patch_type=PatchType.JSON)
 
@@ -145,22 +149,30 @@ def set_plugin_args(client: Client, extra: list[str]) -> None:
     wait_for(lambda: allocatable(client) == "4", 30, "allocatable back to 4")
 
 
-@pytest.mark.parametrize("strategy", ["volume-mounts", "envvar"])  # envvar last: the deploy's setting again
+@pytest.mark.parametrize("strategy", ["volume-mounts", "envvar"])
 def test_allocate_for_each_device_list_strategy(fleet: dict, strategy: str) -> None:
     client = api(fleet)
-    set_plugin_args(client, [f"--device-list-strategy={strategy}"])
-    command = ["sh", "-c", "nvidia-smi -L; echo visible=$NVIDIA_VISIBLE_DEVICES; "
-                           "ls /var/run/nvidia-container-devices 2>/dev/null"]
-    run = gpunode("sim", "run", f"list-{strategy}", "--gpus", "1", "--node-selector",
-                  f"kubernetes.io/hostname={NODE}", "--", *command, env=fleet["env"], check=False)
-    assert run.returncode == 0, run.stdout + run.stderr
-    uuids = re.findall(r"UUID: (GPU-[0-9a-f-]+)", run.stdout)
-    assert len(uuids) == 1, run.stdout
-    if strategy == "envvar":
-        assert f"visible={uuids[0]}" in run.stdout
-    else:  # the device list travels as mounts under /var/run/nvidia-container-devices, the variable names it
-        assert "visible=/var/run/nvidia-container-devices" in run.stdout
-        assert re.search(rf"^{uuids[0]}$", run.stdout, re.MULTILINE), run.stdout
+    rendered = plugin_args(client)
+    chosen = [a for a in rendered if not a.startswith("--device-list-strategy=")]
+    chosen.append(f"--device-list-strategy={strategy}")
+    if chosen != rendered:
+        set_plugin_args(client, chosen)
+    try:
+        command = ["sh", "-c", "nvidia-smi -L; echo visible=$NVIDIA_VISIBLE_DEVICES; "
+                               "ls /var/run/nvidia-container-devices 2>/dev/null; true"]
+        run = gpunode("sim", "run", f"list-{strategy}", "--gpus", "1", "--node-selector",
+                      f"kubernetes.io/hostname={NODE}", "--", *command, env=fleet["env"], check=False)
+        assert run.returncode == 0, run.stdout + run.stderr
+        uuids = re.findall(r"UUID: (GPU-[0-9a-f-]+)", run.stdout)
+        assert len(uuids) == 1, run.stdout
+        if strategy == "envvar":
+            assert f"visible={uuids[0]}" in run.stdout
+        else:  # the device list travels as mounts under /var/run/nvidia-container-devices, the variable names it
+            assert "visible=/var/run/nvidia-container-devices" in run.stdout
+            assert re.search(rf"^{uuids[0]}$", run.stdout, re.MULTILINE), run.stdout
+    finally:
+        if plugin_args(client) != rendered:  # the deploy's own args again, in its order: no drift left behind
+            set_plugin_args(client, rendered)
 
 
 def klog_time(line: str) -> float:

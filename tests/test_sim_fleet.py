@@ -64,7 +64,10 @@ def test_nodes_are_isolated_from_each_other_and_the_host(fleet: dict) -> None:
     names = {ssh(fleet, n, "hostname").stdout.strip() for n in ("node01", "node02", "node03")}
     assert names == {"node01", "node02", "node03"}
     links = ssh(fleet, "node01", "ip -o link show").stdout.strip().splitlines()
-    assert len(links) == 1 and ": lo:" in links[0]
+    # besides lo: only the pod network inside the node (the CNI bridge, veths to its pods' namespaces)
+    assert ": lo:" in links[0]
+    assert all(": cni0:" in link or ("veth" in link and "link-netns cni-" in link) for link in links[1:]), links
+    assert "default" not in ssh(fleet, "node01", "ip route").stdout  # no route out of the node
     pid1 = ssh(fleet, "node01", "cat /proc/1/cmdline | tr '\\0' ' '").stdout
     assert "systemctl3.py init" in pid1
 

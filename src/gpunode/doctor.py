@@ -71,9 +71,12 @@ def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name:
         return None
     return Problem(host, Finding(
         "device_plugin", Severity.FAIL, f"a device-plugin pod runs on the CPU node {node_name}"
-        + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else ""),
+        + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else "")
+        + (" and cannot start (the runtime refuses its sandbox)"
+           if any(w.startswith("FailedCreatePodSandBox") for w in pod.warnings) else ""),
         [f"pod {namespace}/{pod.name}: {pod.phase}{', ' + pod.waiting if pod.waiting else ''}, "
-         f"restarts={pod.restarts}", *[f"log: {line}" for line in pod.log_tail if line.strip()]],
+         f"restarts={pod.restarts}", *[f"log: {line}" for line in pod.log_tail if line.strip()],
+         *[f"event {line}" for line in pod.warnings]],
         "the DaemonSet must select nvidia.com/gpu.present=true nodes only: re-run deploys/device_plugin.py "
         "(gpunode's manifest has that nodeSelector)", "plugin-on-cpu-node"))
 

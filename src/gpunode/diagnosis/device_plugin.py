@@ -29,6 +29,14 @@ def crash_fix(pod: PluginPodState, namespace: str) -> str:
     return f"kubectl -n {namespace} logs {pod.name} --previous"
 
 
+def sandbox_fix(event: str, namespace: str, pod: str) -> str:
+    """The fix a FailedCreatePodSandBox event points at."""
+    if "no runtime for" in event:
+        return ("the node's runtime has no handler for the pod's RuntimeClass (nvidia): re-run deploys/runtime.py "
+                "on that node (gpunode verify names its runtime step)")
+    return f"kubectl -n {namespace} describe pod {pod} (the runtime's own error is quoted above)"
+
+
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, expected: int,
              namespace: str) -> list[Finding]:
     """Why ``node`` does not offer ``expected`` GPUs, first cause first; [] when it does."""
@@ -53,6 +61,12 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                     + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
                     + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]
     pod_evidence += [f"log: {line}" for line in pod.log_tail if line.strip()]
+    pod_evidence += [f"event {line}" for line in pod.warnings]
+    sandbox = next((w for w in pod.warnings if w.startswith("FailedCreatePodSandBox")), None)
+    if sandbox and not pod.ready and not pod.restarts:
+        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin's pod cannot start there (the runtime "
+                        "refuses its sandbox)", evidence + pod_evidence, sandbox_fix(sandbox, namespace, pod.name),
+                        code="plugin-sandbox-failed")]
     if pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready):
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
                         crash_fix(pod, namespace), code="plugin-crashloop")]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Event, Pod
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.errors import GpunodeError
@@ -50,6 +50,7 @@ class PluginPodState:
     restarts: int = 0
     last_exit: int | None = None
     log_tail: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # the pod's last Warning events, "Reason: message", when it is not ready
 
     @property
     def exists(self) -> bool:
@@ -93,7 +94,32 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
                 client.log(pod.metadata.name, namespace=namespace, tail_lines=20)))[-5:])
         except GpunodeError:  # no log yet (its container has not started): the state above says why
             log_tail = ()
+    warnings: tuple[str, ...] = ()
+    if not (container and container.ready):
+        warnings = pod_warnings(settings, namespace, pod.metadata.name)
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,
-                          last_words(log_tail))
+                          last_words(log_tail), warnings)
+
+
+def pod_warnings(settings: ClusterSettings, namespace: str, name: str, keep: int = 3) -> tuple[str, ...]:
+    """The pod's last distinct Warning events as the kubelet wrote them (``Reason: message``)."""
+    def find(client):
+        return list(client.list(Event, namespace=namespace, fields={"involvedObject.name": name, "type": "Warning"}))
+
+    try:
+        events = api_call(settings, f"list the events of {namespace}/{name}", find)
+    except GpunodeError:
+        return ()
+
+    def moment(event: Event) -> str:
+        stamp = event.lastTimestamp or event.eventTime or event.firstTimestamp
+        return stamp.isoformat() if stamp else ""
+
+    said: list[str] = []
+    for event in sorted(events, key=moment, reverse=True):
+        line = f"{event.reason}: {(event.message or '').strip()}"
+        if line not in said:
+            said.append(line)
+    return tuple(reversed(said[:keep]))

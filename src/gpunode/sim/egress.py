@@ -17,6 +17,7 @@ import os
 import sys
 
 NODE_NETWORK = "10.230.0.0/16"
+AGENT_NETWORK = "127.0.0.0/16"  # the fleets' blocks, 127.0.<block>.<n> (.254: a control plane, never a node)
 KUBELET_PORT = 10250
 
 
@@ -27,11 +28,16 @@ def node_address(loopback: str) -> str:
 
 
 def loopback_address(node: str) -> str | None:
-    """The host's loopback forwarder for a node address, or None for anything that is not one."""
+    """The host's loopback forwarder for a node address, or None for anything that is not one.
+
+    Nodes whose kubelet is the simulator's agent report their loopback address itself: it is kept.
+    """
     try:
         address = ipaddress.ip_address(node)
     except ValueError:
         return None
+    if address.version == 4 and address in ipaddress.ip_network(AGENT_NETWORK) and not str(address).endswith(".254"):
+        return str(address)
     if address.version != 4 or address not in ipaddress.ip_network(NODE_NETWORK):
         return None
     _, _, block, number = str(address).split(".")

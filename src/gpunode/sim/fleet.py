@@ -187,7 +187,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
     write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
-    if any(real_kubelet(s.runtime) for s in specs):
+    if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)

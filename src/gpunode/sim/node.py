@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -179,7 +180,9 @@ class SimNode:
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
             "etc/gpunode-sim/kubelet.json": json.dumps({
                 "node": self.spec.name, "address": self.spec.address, "kubelet_version": kubelet_version(),
-                "runtime_version": runtime_version(self.paths, self.spec.runtime)}, indent=2) + "\n",
+                "runtime_version": runtime_version(self.paths, self.spec.runtime),
+                **({"plugin_image": self._plugin_image()} if self.spec.runtime == "docker" else {})},
+                indent=2) + "\n",
             **node_credentials(self.paths, self.spec.name, self.spec.address),
         }
         boot_id = str(uuid.uuid4())
@@ -188,6 +191,8 @@ class SimNode:
         if real:
             files |= self._kubelet_files(boot_id)
             binds += [str(p) for p in self._kubelet_binds()]
+        elif self.spec.runtime == "docker":  # the node agent runs the plugin's image with docker
+            binds.append(str(Path(self._plugin_image()["archive"]).parent))
         for relative, text in files.items():
             target = self.upper / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +227,12 @@ class SimNode:
         }
         (self.dir / "boot.json").write_text(json.dumps(plan, indent=2))
         return host_pub
+
+    def _plugin_image(self) -> dict[str, str]:
+        from gpunode.sim import plugin_image
+
+        folder = plugin_image.require(self.paths.cache)
+        return {"name": plugin_image.describe(folder)["name"], "archive": str(folder / plugin_image.ARCHIVE)}
 
     def _kubelet_binds(self) -> list[Path]:
         from gpunode.sim import kubernetes, plugin_image
@@ -338,9 +349,12 @@ class SimNode:
         return f"sshd did not answer on {self.spec.address}:22 within {timeout:.0f} s ({last})"
 
     def console_tail(self, lines: int = 20) -> str:
+        """The console's last lines, after the errors of the node's forwarders (socat's ``E`` lines) before them."""
         if not self.console_log.exists():
             return "(no console log)"
-        return "\n".join(self.console_log.read_text(errors="replace").splitlines()[-lines:])
+        text = self.console_log.read_text(errors="replace").splitlines()
+        errors = [line for line in text[:-lines] if re.search(r"socat\[\d+\] E ", line)]
+        return "\n".join(errors[-5:] + text[-lines:])
 
 
 def kubelet_version() -> str:

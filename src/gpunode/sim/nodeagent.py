@@ -10,10 +10,14 @@ counts, exit codes) and the kubelet's events, finishes the deletion of pods
 that are terminating, and serves their logs on its port (10250) for
 ``kubectl logs``.
 
-What it is not: the pods do not run through CRI. The device plugin's pod runs
-as a process from the code bound into the node, restarted with a back-off like
-the kubelet's; a workload pod gets its devices through the kubelet stand-in's
-Allocate and runs once with the node's runtime (``gpunode.sim.workload``).
+What it is not: the pods do not run through CRI. On a docker node the device
+plugin's pod runs from the plugin's image built by ``gpunode sim build`` (loaded
+into docker), with ``docker run`` and the runtime of the pod's RuntimeClass, the
+DaemonSet's hostPath mounts, env and args, a read-only root and the node's
+network; elsewhere (the light mode for large benches) as a process from the code
+bound into the node. Either is restarted with a back-off like the kubelet's; a
+workload pod gets its devices through the kubelet stand-in's Allocate and runs
+once with the node's runtime (``gpunode.sim.workload``).
 
     python -m gpunode.sim.nodeagent      (config: /etc/gpunode-sim/kubelet.json)
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -79,6 +84,9 @@ class Container:
 
     key: str
     spec: dict
+    image: str | None = None  # docker's name of the loaded plugin image; None: run the bound code
+    runtime: str = ""  # docker --runtime: the pod's RuntimeClass handler ('' for docker's default)
+    volumes: list = field(default_factory=list)  # the pod's volumes (hostPath ones are mounted)
     process: subprocess.Popen | None = None
     restarts: int = 0
     last_exit: int | None = None
@@ -88,28 +96,54 @@ class Container:
     ready: bool = False
     log: str = ""
 
-    def argv(self) -> list[str]:
-        argv = [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
-        mounted = any(m.get("mountPath") == SOCKET_DIR for m in self.spec.get("volumeMounts") or [])
-        if not mounted:  # the container's view without the hostPath: no kubelet socket directory at all
-            argv.append(f"--kubelet-socket={UNMOUNTED_SOCKET_DIR}/kubelet.sock")
-        return argv
+    def docker_name(self) -> str:
+        return f"k8s_{self.spec['name']}_{self.key.replace('/', '_')}_{self.restarts}"
+
+    def argv(self, env: dict[str, str]) -> list[str]:
+        if self.image is None:
+            argv = [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
+            mounted = any(m.get("mountPath") == SOCKET_DIR for m in self.spec.get("volumeMounts") or [])
+            if not mounted:  # the container's view without the hostPath: no kubelet socket directory at all
+                argv.append(f"--kubelet-socket={UNMOUNTED_SOCKET_DIR}/kubelet.sock")
+            return argv
+        argv = ["docker", "run", "--rm", "--name", self.docker_name(), "--network", "host"]
+        security = self.spec.get("securityContext") or {}
+        if security.get("readOnlyRootFilesystem"):
+            argv.append("--read-only")
+        for capability in (security.get("capabilities") or {}).get("drop") or []:
+            argv += ["--cap-drop", capability]
+        if self.runtime:
+            argv += ["--runtime", self.runtime]
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in self.volumes if v.get("hostPath")}
+        for mount in self.spec.get("volumeMounts") or []:
+            if mount.get("name") in host_paths:
+                argv += ["-v", f"{host_paths[mount['name']]}:{mount['mountPath']}"]
+        for key, value in sorted(env.items()):
+            argv += ["-e", f"{key}={value}"]
+        return [*argv, self.image, *self.spec.get("args", [])]
 
     def start(self, node: str) -> None:
         os.makedirs(LOG_DIR, exist_ok=True)
         self.log = f"{LOG_DIR}/{self.key.replace('/', '_')}.log"
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **SIM_ENV}
+        declared = {}
         for variable in self.spec.get("env", []):
             field_ref = ((variable.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            env[variable["name"]] = node if field_ref == "spec.nodeName" else str(variable.get("value", ""))
+            declared[variable["name"]] = node if field_ref == "spec.nodeName" else str(variable.get("value", ""))
+        base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        # from an image, the container's environment is the pod's (the nvidia runtime adds the driver's); the
+        # bound code needs the simulated NVML backend named
+        env = base if self.image else {**base, **SIM_ENV, **declared}
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log,
+            self.process = subprocess.Popen(self.argv(declared), stdin=subprocess.DEVNULL, stdout=log,
                                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
         self.started_at = time.monotonic()
         self.started_stamp = now()
         self.ready = False
 
     def stop(self) -> None:
+        if self.process and self.process.poll() is None and self.image is not None:
+            subprocess.run(["docker", "stop", "-t", "10", self.docker_name()], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=30, check=False)
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -395,6 +429,8 @@ class Agent:
 
     def __init__(self, config: dict) -> None:
         os.makedirs(SOCKET_DIR, exist_ok=True)
+        self.config = config
+        self.image_loaded: str | None = None
         self.facts = NodeFacts.read(config)
         self.kubelet = KubeletStandin(SOCKET_DIR)
         self.api = Api()
@@ -540,13 +576,31 @@ class Agent:
                 current.stop()
                 current = None
             if current is None:
-                current = self.containers[key] = Container(key, spec)
+                image, runtime = self.plugin_image(), ""
+                runtime_class = pod["spec"].get("runtimeClassName") or ""
+                if image and runtime_class:
+                    runtime = self.api.runtime_handler(runtime_class) or runtime_class
+                current = self.containers[key] = Container(key, spec, image, runtime, pod["spec"].get("volumes") or [])
         before = current.restarts
         current.tick(self.facts.name)
         if current.restarts > before and current.restarts > 1:
             self.event(pod, "Warning", "BackOff", f"Back-off restarting failed container {spec['name']} in pod "
                        f"{pod['metadata']['name']}_{pod['metadata']['namespace']}({pod['metadata']['uid']})",
                        once=False)
+
+    def plugin_image(self) -> str | None:
+        """The plugin image's docker name once loaded on a docker node; None where the bound code runs."""
+        wanted = self.config.get("plugin_image")
+        if not wanted or not shutil.which("dockerd"):
+            return None
+        if self.image_loaded is None:
+            loaded = subprocess.run(["docker", "load", "-i", wanted["archive"]], stdin=subprocess.DEVNULL,
+                                    capture_output=True, text=True, timeout=300, check=False)
+            if loaded.returncode != 0:
+                say(f"docker load of the plugin image failed: {loaded.stderr.strip()}")
+                return None
+            self.image_loaded = wanted["name"].removeprefix("docker.io/library/")
+        return self.image_loaded
 
     def sync_workload(self, key: str, pod: dict) -> None:
         phase = (pod.get("status") or {}).get("phase")
