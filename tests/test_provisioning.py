@@ -135,7 +135,10 @@ def test_breaking_one_step_fails_exactly_there_and_bootstrap_repairs_it(
     ssh(fleet, node, breakage)
     result, results = verify(fleet, tmp_path)
     assert result.returncode == 1
-    assert list(failing(results)) == [(node, step)], failing(results)
+    # docker stopped takes the plugin's container with it (containerd's shims outlive containerd): the plugin
+    # step fails there too once the node's kubelet noticed, as it would on a real docker node without live-restore
+    also = {(node, "device_plugin")} if breakage == "systemctl stop docker" else set()
+    assert (node, step) in failing(results) and set(failing(results)) - {(node, step)} <= also, failing(results)
     assert reason in failing(results)[(node, step)]
     assert any(line.startswith(f"FAIL {node} {step}: ") and reason in line for line in result.stdout.splitlines())
     repaired, _ = deploy(fleet, tmp_path)
