@@ -11,7 +11,8 @@ folder and loopback block (127.0.42.N), bootstraps it, then prints:
   registration socket (its mtime) to the kubelet logging the plugin's
   registration request, p50/p99;
 * GPU pod start through the real kubelet (admission, Allocate, CRI, the nvidia
-  runtime): the kubelet's own podStartSLOduration, p50/p99;
+  runtime): the kubelet's own podStartSLOduration, p50/p99 (the pods run 2 s,
+  so the kubelet sees them running; it logs only those);
 * the idle CPU of the node's kubelet and plugin over 20 s.
 
 and tears the fleet down.
@@ -95,7 +96,7 @@ def main(rounds: int) -> None:
             print(f"re-registration after a real kubelet restart ({len(latencies)}/{rounds}): "
                   f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, p99 {percentile(latencies, 0.99) * 1000:.0f} ms")
             for index in range(rounds):
-                run([GPUNODE, "sim", "run", f"pod{index}", "--", "nvidia-smi", "-L"], env)
+                run([GPUNODE, "sim", "run", f"pod{index}", "--", "sh", "-c", "nvidia-smi -L; sleep 2"], env)
             log = run([*ssh, "journalctl -u kubelet | grep 'Observed pod startup duration' | grep 'pod=\"default/'"],
                       env)
             starts = [float(v) for v in re.findall(r"podStartSLOduration=([\d.]+)", log)]
