@@ -106,14 +106,25 @@ def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> 
     assert "node01  pass          pass          pass          pass          pass          pass" in result.stdout
 
 
-def test_verify_changes_nothing_on_a_node(fleet: dict, tmp_path: Path) -> None:
-    snapshot = "find /etc /usr/share/keyrings -xdev -type f -printf '%p %T@ %s\\n' | sort | md5sum"
-    before = ssh(fleet, "node01", snapshot)
-    sums = ssh(fleet, "node01", "find /etc -xdev -type f -exec sha256sum {} + | sort | sha256sum")
+READ_ONLY_TREES = "/etc /usr/share/keyrings /var/lib/dpkg /var/cache/apt"
+
+
+def test_verify_and_doctor_change_nothing_on_a_node_or_in_the_cluster(fleet: dict, tmp_path: Path) -> None:
+    # apt's binary cache made stale, as any dpkg run leaves it: 'apt-mark showhold' (what the toolkit fact once
+    # ran) rebuilds /var/cache/apt/pkgcache.bin then, a write by a read-only command
+    ssh(fleet, "node01", "test -f /var/cache/apt/pkgcache.bin && touch -d '1 hour ago' /var/cache/apt/pkgcache.bin "
+                         "&& touch /var/lib/dpkg/status")
+    snapshot = (f"find {READ_ONLY_TREES} -xdev -type f -printf '%p %T@ %s\\n' | sort | md5sum; "
+                f"find {READ_ONLY_TREES} -xdev -type f -exec sha256sum {{}} + | sort | sha256sum")
+    before = {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")}
+    audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
+    writes_before = audit.read_text().count('"username":"gpunode-admin"')
     result, _ = verify(fleet, tmp_path)
     assert result.returncode == 0
-    assert ssh(fleet, "node01", snapshot) == before
-    assert ssh(fleet, "node01", "find /etc -xdev -type f -exec sha256sum {} + | sort | sha256sum") == sums
+    doctor = gpunode("doctor", INVENTORY, env=fleet["env"], check=False)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")} == before
+    assert audit.read_text().count('"username":"gpunode-admin"') == writes_before  # the audit log keeps writes only
 
 
 BREAKAGES = [
