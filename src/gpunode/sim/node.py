@@ -168,6 +168,9 @@ class SimNode:
         host_pub = ensure_key(self.host_key, f"root@{self.spec.name}")
         state = driver_state(self.spec.name, self.spec.profile)
         machine_id = uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.spec.name}.gpunode.sim").hex
+        real = real_kubelet(self.spec.runtime)
+        # looked up once: the kubelet's folder (real kubelet) and the plugin image (real kubelet, or docker's agent)
+        kubelet_dir, plugin = self._built(real, real or self.spec.runtime == "docker")
         files = {
             "etc/hostname": f"{self.spec.name}\n",
             "etc/hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.spec.name}\n::1\tlocalhost ip6-localhost\n",
@@ -181,18 +184,14 @@ class SimNode:
             "etc/gpunode-sim/kubelet.json": json.dumps({
                 "node": self.spec.name, "address": self.spec.address, "kubelet_version": kubelet_version(),
                 "runtime_version": runtime_version(self.paths, self.spec.runtime),
-                **({"plugin_image": self._plugin_image()} if self.spec.runtime == "docker" else {})},
+                **({"plugin_image": plugin_reference(plugin)} if plugin and not real else {})},
                 indent=2) + "\n",
             **node_credentials(self.paths, self.spec.name, self.spec.address),
         }
         boot_id = str(uuid.uuid4())
-        real = real_kubelet(self.spec.runtime)
-        binds = code_roots()
-        if real:
-            files |= self._kubelet_files(boot_id)
-            binds += [str(p) for p in self._kubelet_binds()]
-        elif self.spec.runtime == "docker":  # the node agent runs the plugin's image with docker
-            binds.append(str(Path(self._plugin_image()["archive"]).parent))
+        binds = code_roots() + [str(p) for p in (kubelet_dir, plugin) if p is not None]
+        if kubelet_dir is not None and plugin is not None:
+            files |= self._kubelet_files(boot_id, plugin)
         for relative, text in files.items():
             target = self.upper / relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -210,7 +209,7 @@ class SimNode:
         self._link("usr/bin/nv-fabricmanager", "/usr/lib/gpunode-sim/nv-fabricmanager",
                    state["fabricmanager"]["installed"])
         self._link(KUBELET_UNIT_LINK, "/lib/systemd/system/kubelet.service", real)
-        self._link("usr/local/bin/kubelet", f"{self._kubelet_binds()[0]}/kubelet" if real else "", real)
+        self._link("usr/local/bin/kubelet", f"{kubelet_dir}/kubelet", kubelet_dir is not None)
         proc, sysmod, devices = driver_files(state)
         plan = {
             "hostname": self.spec.name,
@@ -228,21 +227,16 @@ class SimNode:
         (self.dir / "boot.json").write_text(json.dumps(plan, indent=2))
         return host_pub
 
-    def _plugin_image(self) -> dict[str, str]:
-        from gpunode.sim import plugin_image
-
-        folder = plugin_image.require(self.paths.cache)
-        return {"name": plugin_image.describe(folder)["name"], "archive": str(folder / plugin_image.ARCHIVE)}
-
-    def _kubelet_binds(self) -> list[Path]:
+    def _built(self, kubelet: bool, plugin: bool) -> tuple[Path | None, Path | None]:
+        """The built kubelet folder and plugin image folder this node needs (None where it needs none)."""
         from gpunode.sim import kubernetes, plugin_image
 
-        return [kubernetes.require_node(self.paths.cache), plugin_image.require(self.paths.cache)]
+        return (kubernetes.require_node(self.paths.cache) if kubelet else None,
+                plugin_image.require(self.paths.cache) if plugin else None)
 
-    def _kubelet_files(self, boot_id: str) -> dict[str, str]:
+    def _kubelet_files(self, boot_id: str, plugin: Path) -> dict[str, str]:
         from gpunode.sim import plugin_image, tools, workload_image
 
-        plugin = plugin_image.require(self.paths.cache)
         tools_layer = self.paths.layer("tools")
         archives = {tools.PAUSE_NAME: tools_layer / tools.PAUSE_IMAGE,
                     workload_image.IMAGE_NAME: tools_layer / tools.WORKLOAD_IMAGE,
@@ -375,6 +369,13 @@ def runtime_version(paths: SimPaths, runtime: str) -> str:
                 version = next((line.split(": ", 1)[1] for line in block.splitlines()
                                 if line.startswith("Version: ")), version)
     return f"{runtime}://{version}"
+
+
+def plugin_reference(folder: Path) -> dict[str, str]:
+    """The plugin image's name and archive, as the docker nodes' agent loads it."""
+    from gpunode.sim import plugin_image
+
+    return {"name": plugin_image.describe(folder)["name"], "archive": str(folder / plugin_image.ARCHIVE)}
 
 
 def cgroup_root_of(boot_id: str) -> str:

@@ -39,13 +39,18 @@ def layer_tar(root: Path) -> bytes:
     return buffer.getvalue()
 
 
-def files_layer(files: dict[str, tuple[bytes | None, int]]) -> bytes:
-    """A layer of ``{path: (content or None for a folder, mode)}``, in path order."""
+def files_layer(files: dict[str, tuple[bytes | None, int]], links: dict[str, str] | None = None) -> bytes:
+    """A layer of ``{path: (content or None for a folder, mode)}`` and ``{path: symlink target}``, in path order."""
+    links = links or {}
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in sorted(files):
-            data, mode = files[name]
+        for name in sorted({*files, *links}):
             info = tarfile.TarInfo(name)
+            if name in links:
+                info.mtime, info.mode, info.type, info.linkname = EPOCH, 0o777, tarfile.SYMTYPE, links[name]
+                tar.addfile(info)
+                continue
+            data, mode = files[name]
             info.mtime, info.mode = EPOCH, mode
             if data is None:
                 info.type = tarfile.DIRTYPE

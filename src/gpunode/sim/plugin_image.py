@@ -16,6 +16,7 @@ Written by ``gpunode.sim.oci``: the same inputs give the same image digest.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -98,6 +99,7 @@ def _source_files(source: Path) -> list[Path]:
     return files
 
 
+@functools.cache  # one per process: 'sim up' asks once for the fleet and once per node
 def _inputs_digest(source: Path) -> str:
     digest = hashlib.sha256()
     for item in (SUITE, PYTHON_PACKAGES, SLIM_REMOVE, ENTRYPOINT, ENV, USER, installed_versions(),
