@@ -12,6 +12,7 @@ import pytest
 
 from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
 from gpunode.cluster.manifests import ManifestSettings, documents, render
+from gpunode.diagnosis import Severity
 from gpunode.diagnosis import device_plugin as plugin_diagnosis
 from gpunode.diagnosis import labels as label_diagnosis
 from gpunode.errors import GpunodeError
@@ -172,7 +173,13 @@ def test_label_keys_come_from_fields_v1() -> None:
      [], WANT),  # same value: shared ownership, gpunode applies it too
 ])
 def test_labels_diagnosis(state: NodeLabelsState, codes: list[str], applied: dict | None) -> None:
-    assert [f.code for f in label_diagnosis.diagnose(state, WANT)] == codes
+    findings = label_diagnosis.diagnose(state, WANT)
+    assert [f.code for f in findings if f.severity is not Severity.OK] == codes
+    proofs = [f for f in findings if f.severity is Severity.OK]
+    if "labels-stale" in codes or "node-missing" in codes:
+        assert proofs == []
+    else:  # the proof quotes the labels as read from the Node
+        assert [f"kubectl get node n: {k}={state.labels[k]}" for k in sorted(applied or WANT)] == proofs[0].evidence
     if applied is not None:
         assert label_diagnosis.plan(state, WANT)[0] == applied
 
@@ -183,7 +190,7 @@ def test_a_cpu_node_with_gpu_labels_is_named() -> None:
     assert finding.what == "cpu1 carries GPU labels but has no working GPU"
 
 
-ROLLED = RolloutState(True, 1, 1, 2, 2, 2)
+ROLLED = RolloutState(True, 1, 1, 2, 2, 2, {"nvidia.com/gpu.present": "true"})
 NODE = NodeLabelsState("n1", True, {"nvidia.com/gpu.present": "true"}, allocatable={"nvidia.com/gpu": "0"})
 READY = PluginPodState("n1", "p-1", "Running", True)
 
@@ -192,6 +199,9 @@ READY = PluginPodState("n1", "p-1", "Running", True)
     (RolloutState(False), PluginPodState("n1"), NODE, "plugin-missing", "deploys/device_plugin.py"),
     (ROLLED, PluginPodState("n1"), NodeLabelsState("n1", True, {}), "plugin-not-scheduled", "deploys/labels.py"),
     (ROLLED, PluginPodState("n1"), NODE, "plugin-not-scheduled", "describe daemonset"),
+    # a key another manager added to the DaemonSet's selector: the evidence shows the selector as read
+    (RolloutState(True, 1, 1, 0, 0, 0, {"nvidia.com/gpu.present": "true", "pool": "batch"}), PluginPodState("n1"),
+     NODE, "plugin-not-scheduled", "asks for pool=batch, which this node does not carry"),
     (ROLLED, PluginPodState("n1", "p-1", "Running", False, "CrashLoopBackOff", 3, 1), NODE, "plugin-crashloop",
      "logs p-1 --previous"),
     (ROLLED, PluginPodState("n1", "p-1", "Running", False), NODE, "plugin-not-ready", "logs p-1"),
@@ -214,9 +224,32 @@ def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutSta
     assert all(f"event {w}" in findings[0].evidence for w in pod.warnings)  # quoted as read
 
 
-def test_device_plugin_diagnosis_is_quiet_when_every_gpu_is_offered() -> None:
+def test_device_plugin_selector_evidence_is_what_was_read() -> None:
+    rollout = RolloutState(True, 1, 1, 0, 0, 0, {"nvidia.com/gpu.present": "true", "pool": "batch"})
+    finding = plugin_diagnosis.diagnose(rollout, PluginPodState("n1"), NODE, 4, "ns")[0]
+    assert "daemonset ns/gpunode-device-plugin nodeSelector: nvidia.com/gpu.present=true,pool=batch" in finding.evidence
+    assert "node n1 label pool=<missing>" in finding.evidence
+    assert "node n1 label nvidia.com/gpu.present=true" in finding.evidence
+
+
+def test_device_plugin_proof_when_every_gpu_is_offered() -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"})
-    assert plugin_diagnosis.diagnose(RolloutState(False), PluginPodState("n1"), node, 4, "ns") == []
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, 4, "ns")
+    assert [f.severity for f in findings] == [Severity.OK]
+    assert "kubectl get node n1 -o jsonpath='{.status.allocatable}': nvidia.com/gpu=4" in findings[0].evidence
+    assert "pod ns/p-1: Running, ready=true, restarts=0" in findings[0].evidence
+
+
+@pytest.mark.parametrize(("reason", "fix"), [("driver mismatch: reboot pending", "re-run the deploy"),
+                                              ("", "kubectl uncordon n1 when its maintenance is over")])
+def test_a_cordoned_gpu_node_is_a_finding_with_its_reason(reason: str, fix: str) -> None:
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"}, unschedulable=True,
+                           cordon_reason=reason)
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, 4, "ns")
+    assert [f.code for f in findings] == ["node-cordoned"]
+    assert fix in findings[0].fix
+    assert f"annotation gpunode.io/cordon-reason: {reason or 'absent (not cordoned by gpunode)'}" in \
+        findings[0].evidence
 
 
 def test_rollout_is_complete_only_when_desired_updated_and_ready_agree() -> None:

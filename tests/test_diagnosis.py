@@ -121,9 +121,14 @@ GOOD_LIST = ["deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyrin
 ])
 def test_toolkit_repo_diagnosis(state: dict, expected: list[str]) -> None:
     findings = repo_diagnosis.diagnose(state, NodeSettings())
-    assert len(findings) == len(expected)
-    for finding, text in zip(findings, expected, strict=True):
+    failed = failures(findings)
+    assert len(failed) == len(expected)
+    for finding, text in zip(failed, expected, strict=True):
         assert text in finding.what
+    if not expected:  # the proof quotes the key and the line as read
+        assert findings[-1].severity is Severity.OK
+        assert any(state["keyring_fingerprints"][0] in line for line in findings[-1].evidence)
+        assert any(GOOD_LIST[0] in line for line in findings[-1].evidence)
 
 
 PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
@@ -140,7 +145,12 @@ PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvi
 ])
 def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: list[str]) -> None:
     findings = toolkit_diagnosis.diagnose({"versions": versions, "held": held}, NodeSettings(toolkit_hold=hold))
-    assert [e for e, f in zip(expected, findings, strict=True) if e in f.what] == expected
+    failed = failures(findings)
+    assert [e for e, f in zip(expected, failed, strict=True) if e in f.what] == expected
+    if not expected:
+        assert findings[-1].severity is Severity.OK
+        assert findings[-1].evidence == [f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)"
+                                         for name in sorted(versions)]
 
 
 def containerd_state(main: str | None, dump: str, active: str = "active") -> dict:
@@ -168,7 +178,8 @@ def test_runtime_diagnosis_reads_the_effective_containerd_config(case: str, sett
     version, name = case.split("/")
     text = fixture(version, name)
     findings = runtime_diagnosis.diagnose(containerd_state(text, text), NodeSettings(**settings))
-    assert {f.code for f in findings} == codes
+    assert {f.code for f in failures(findings)} == codes
+    assert (findings[-1].code == "ok") == (not codes)
 
 
 def test_runtime_dropin_layout_reads_as_configured() -> None:
@@ -176,7 +187,7 @@ def test_runtime_dropin_layout_reads_as_configured() -> None:
     dropin = fixture("v1.20.0", "ctrd-custom-v2-systemd", "etc/containerd/conf.d/99-nvidia.toml")
     # containerd merges the drop-in's CRI table over the main config: the drop-in is a full snapshot of it
     findings = runtime_diagnosis.diagnose(containerd_state(main, dropin), NodeSettings())
-    assert findings == []
+    assert [f.code for f in findings] == ["ok"]
     main_only = runtime_diagnosis.diagnose(containerd_state(main, main), NodeSettings())
     assert {f.code for f in main_only} == {"nvidia-runtime-missing"}
 
@@ -200,7 +211,8 @@ SCHEMA1_WITH_NVIDIA = """[plugins.cri.containerd]
 
 def test_a_versionless_schema_1_config_is_read_with_the_cri_plugin_name() -> None:
     findings = runtime_diagnosis.diagnose(containerd_state(SCHEMA1_WITH_NVIDIA, SCHEMA1_WITH_NVIDIA), NodeSettings())
-    assert findings == []
+    assert [f.code for f in findings] == ["ok"]
+    assert "containerd config dump: plugins.'cri'.containerd.runtimes = runc, nvidia" in findings[0].evidence
     without = SCHEMA1_WITH_NVIDIA.split("[plugins.cri.containerd.runtimes.nvidia]")[0]
     assert {f.code for f in runtime_diagnosis.diagnose(containerd_state(without, without), NodeSettings())} == {
         "nvidia-runtime-missing"}
@@ -241,7 +253,7 @@ def test_docker_diagnosis(text: str | None, settings: dict, codes: set) -> None:
     state = {"installed": ["containerd", "docker"], "active": {"docker": "active", "containerd": "active"},
              "containerd_config": None, "containerd_dropins": {}, "containerd_dump": None,
              "containerd_default": None, "docker_config": text}
-    assert {f.code for f in runtime_diagnosis.diagnose(state, NodeSettings(**settings))} == codes
+    assert {f.code for f in failures(runtime_diagnosis.diagnose(state, NodeSettings(**settings)))} == codes
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -258,3 +270,69 @@ def test_bad_inventory_data_names_the_key(data: dict, message: str) -> None:
 
     with pytest.raises(GpunodeError, match=message):
         NodeSettings.from_data(data)
+
+
+# -- what the runtime step finds behind "no nvidia runtime", and where it read it ---------------------------------
+
+CRI_DISABLED_DUMP = 'disabled_plugins = ["io.containerd.grpc.v1.cri"]\nversion = 2\n[plugins]\n'
+
+
+def test_a_disabled_cri_plugin_is_named_with_the_file_that_disables_it() -> None:
+    # seen on a simulated node with containerd 1.6.20: the dump then has no CRI table at all (no runtimes)
+    main = fixture("v1.17.8", "ctrd-containerd-1.6.20-default").replace(
+        "disabled_plugins = []", 'disabled_plugins = ["io.containerd.grpc.v1.cri"]')
+    findings = runtime_diagnosis.diagnose(containerd_state(main, CRI_DISABLED_DUMP), NodeSettings())
+    assert [f.code for f in findings] == ["cri-disabled"]
+    assert "/etc/containerd/config.toml: disabled_plugins lists 'io.containerd.grpc.v1.cri'" in findings[0].evidence
+    assert "remove 'io.containerd.grpc.v1.cri' from disabled_plugins in /etc/containerd/config.toml" in findings[0].fix
+
+
+@pytest.mark.parametrize(("status", "code"), [("absent", "cri-plugin-missing"), ("error", "cri-plugin-failed"),
+                                              ("unanswered (ctr plugins ls exit 124)", "runtime-unanswered")])
+def test_what_ctr_says_of_the_cri_plugin(status: str, code: str) -> None:
+    text = fixture("v1.17.8", "ctrd-containerd-1.6.20-default")
+    state = {**containerd_state(text, text), "cri_status": status}
+    findings = failures(runtime_diagnosis.diagnose(state, NodeSettings()))
+    assert [f.code for f in findings] == [code]
+    assert any(line.startswith("ctr plugins ls: ") for line in findings[0].evidence)
+
+
+def test_an_nvidia_runtime_with_other_options_than_runc_is_named_with_both_values() -> None:
+    text = fixture("v1.17.8", "ctrd-custom-v2-systemd")  # nvidia-ctk copied runc's SystemdCgroup = true
+    dump = text.replace("SystemdCgroup = true", "SystemdCgroup = false", 1)  # then someone changed nvidia's
+    assert dump != text
+    findings = failures(runtime_diagnosis.diagnose(containerd_state(dump, dump), NodeSettings()))
+    assert [f.code for f in findings] == ["nvidia-options-differ"]
+    assert ("containerd config dump: options.SystemdCgroup: runc True, nvidia False (set in "
+            "/etc/containerd/config.toml)") in findings[0].evidence
+
+
+def test_an_nvidia_runtime_under_the_wrong_table_is_explained() -> None:
+    # a version 2 file whose nvidia runtime sits under the schema-1 name: containerd never reads it
+    base = fixture("v1.20.0", "ctrd-custom-v2-systemd")  # the drop-in layout's main config: no nvidia runtime
+    main = base + '\n[plugins.cri.containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n'
+    findings = failures(runtime_diagnosis.diagnose(containerd_state(main, base), NodeSettings()))
+    assert [f.code for f in findings] == ["nvidia-runtime-missing"]
+    assert ("/etc/containerd/config.toml: defines the nvidia runtime under plugins.'cri', but a version 2 config "
+            "is read from plugins.'io.containerd.grpc.v1.cri'") in findings[0].evidence
+
+
+def test_a_drop_in_that_is_not_imported_is_explained() -> None:
+    main = fixture("v1.20.0", "ctrd-custom-v2-systemd").replace('imports = ["/etc/containerd/conf.d/*.toml"]\n', "")
+    state = containerd_state(main, main)
+    state["containerd_dropins"] = {"/etc/containerd/conf.d/99-nvidia.toml": (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        'runtime_type = "io.containerd.runc.v2"\n')}
+    findings = failures(runtime_diagnosis.diagnose(state, NodeSettings()))
+    assert any(line.startswith("/etc/containerd/conf.d/99-nvidia.toml: defines the nvidia runtime, but "
+                               "/etc/containerd/config.toml does not import it") for line in findings[0].evidence)
+
+
+def test_docker_nvidia_runtime_with_another_binary_is_not_called_missing() -> None:
+    state = {"installed": ["docker"], "active": {"docker": "active"}, "containerd_config": None,
+             "containerd_dropins": {}, "containerd_dump": None, "containerd_default": None,
+             "docker_config": '{"runtimes": {"nvidia": {"path": "/opt/other/runtime"}}}'}
+    findings = failures(runtime_diagnosis.diagnose(state, NodeSettings()))
+    assert findings[0].what == "/etc/docker/daemon.json's nvidia runtime runs '/opt/other/runtime', not " \
+                               "/usr/bin/nvidia-container-runtime"
+    assert "/etc/docker/daemon.json: runtimes = nvidia" in findings[0].evidence

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.diagnosis.pods import NodeView, PodView, diagnose, holders
+from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis.pods import ContainerView, NodeView, PodView, diagnose, holders
 
 GPU_SPEC = {"nodeName": "n1", "runtimeClassName": "nvidia",
             "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}
@@ -48,8 +49,51 @@ def test_no_runtime_class_is_fine_where_nvidia_is_the_default() -> None:
     assert [f.code for f in diagnose(view, NODES, RUNNING)] == ["runtime-no-injection"]
 
 
-def test_a_healthy_pod_has_no_finding() -> None:
-    assert diagnose(pod(phase="Succeeded", log="CUDA devices: 2\n"), NODES, RUNNING) == []
+DONE = (ContainerView("c", "terminated", "Completed", exit_code=0),)
+LISTED = ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-6b0ba8e2-6c9e-4b4e-b1c4-2f7e52e5f1a1)\n"
+          "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0d6a2e3c-8f1b-4a57-9a43-3c1e1f0b7a22)\n")
+
+
+def test_a_healthy_gpu_pod_is_ok_only_with_proof_of_each_link() -> None:
+    findings = diagnose(pod(phase="Succeeded", log=LISTED, containers=DONE), NODES, RUNNING)
+    assert [(f.step, f.severity) for f in findings] == [("pod", Severity.OK), ("pod GPUs", Severity.OK)]
+    assert "container c: terminated (Completed), exit code 0, ready=false, restarts=0" in findings[0].evidence
+    assert f"container output: {LISTED.splitlines()[1]}" in findings[1].evidence
+
+
+# each of these was called "ok: scheduled, started, and its container saw its GPUs" before (no pattern matched)
+@pytest.mark.parametrize(("view", "code", "phrase"), [
+    (pod(phase="Failed", containers=(ContainerView("c", "terminated", "Error", exit_code=3),), log="bad input\n"),
+     "pod-failed", "container c: terminated (Error), exit code 3"),
+    (pod(phase="Failed", reason="UnexpectedAdmissionError", message="Pod was rejected: Allocate failed due to "
+         "requested number of devices unavailable for nvidia.com/gpu. Requested: 8, Available: 4, which is unexpected"),
+     "admission-refused", "reason UnexpectedAdmissionError: Pod was rejected: Allocate failed"),
+    (pod(phase="Running", containers=(ContainerView("c", "waiting", "CrashLoopBackOff", restarts=4),)),
+     "container-not-running", "container c: waiting (CrashLoopBackOff)"),
+    (pod(phase="Pending", containers=(ContainerView("c", "waiting", "ContainerCreating"),),
+         events=[("FailedCreatePodSandBox", "failed to create shim task: fork/exec "
+                  "/usr/bin/nvidia-container-runtime: no such file or directory")]),
+     "sandbox-failed", "/usr/bin/nvidia-container-runtime: no such file or directory"),
+    (pod(phase="Succeeded", containers=DONE, log=LISTED.splitlines()[0] + "\n"), "gpu-count-mismatch",
+     "resources.limits nvidia.com/gpu: 2"),
+    (pod(phase="Succeeded", containers=()), "pod-state-odd", "pod status: phase Succeeded"),
+    (pod(phase="Pending", spec={**GPU_SPEC, "nodeName": None},
+         events=[("FailedScheduling", "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient "
+                  "nvidia.com/gpu.")]),
+     "nodes-cordoned", "n2: spec.unschedulable = true, cordon reason: driver mismatch"),
+])
+def test_a_pod_is_not_ok_without_proof(view: PodView, code: str, phrase: str) -> None:
+    nodes = [NODES[0], NodeView("n2", {}, 2, True, unschedulable=True, cordon_reason="driver mismatch"), NODES[2]]
+    findings = failures(diagnose(view, nodes, RUNNING))
+    assert [f.code for f in findings] == [code]
+    assert any(phrase in line for line in findings[0].evidence), findings[0].evidence
+
+
+def test_whether_the_container_saw_its_gpus_is_not_checked_without_its_output() -> None:
+    findings = diagnose(pod(phase="Running", containers=(ContainerView("c", "running", ready=True),), log="hi\n"),
+                        NODES, RUNNING)
+    assert [(f.severity, f.code) for f in findings] == [(Severity.OK, "ok"), (Severity.SKIP, "gpus-not-shown")]
+    assert "nvidia-smi -L" in findings[1].fix
 
 
 def test_finished_pods_hold_no_gpus() -> None:

@@ -32,5 +32,5 @@ def test_a_host_without_gpu_is_skipped_or_failed_as_the_inventory_says(tmp_path:
     required, results = verify_local(tmp_path, gpu_required=True)
     assert required.returncode == 1
     assert results["hosts"]["@local"]["driver"]["reason"].startswith("no NVIDIA driver is installed")
-    assert results["hosts"]["@local"]["toolkit"] == {"outcome": "skip", "reason": "the driver step failed",
-                                                     "findings": []}
+    assert results["hosts"]["@local"]["toolkit"] == {"outcome": "skip", "state": "not checked", "proof": [],
+                                                     "reason": "the driver step failed", "findings": []}

@@ -7,6 +7,10 @@ step; the first failing step is the node's problem, with its evidence and fix.
 Around the nodes: device-plugin pods on CPU nodes (a DaemonSet without the GPU
 nodeSelector) and the ``nvidia`` RuntimeClass; with ``--pod``, why that pod is
 Pending, cannot start or has no GPU. Read-only: nothing is changed anywhere.
+
+Every link gets one of three states: "ok" with the evidence that proves it
+(what was read, and where), a finding (what is wrong, evidence, fix), or "not
+checked" with why (an earlier link is broken, or the link does not apply).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.diagnosis import Finding, Severity, pods
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import read_plugin_pod
+from gpunode.facts.device_plugin import DAEMONSET, read_plugin_pod
+from gpunode.facts.labels import CORDON_REASON
 from gpunode.settings import NodeSettings
 from gpunode.verify.checks import STEPS
 from gpunode.verify.plugin import Verification
@@ -42,13 +47,33 @@ class Problem:
                 "code": f.code}
 
 
+@dataclass(frozen=True)
+class Link:
+    """One link of a subject's chain as doctor saw it: ok (with proof), a finding, or not checked (with why)."""
+
+    name: str
+    state: str  # "ok", "finding" or "not checked"
+    what: str
+    evidence: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict:
+        return {"link": self.name, "state": self.state, "what": self.what, "evidence": list(self.evidence)}
+
+
+def link_of(finding: Finding, name: str | None = None) -> Link:
+    state = {Severity.OK: "ok", Severity.SKIP: "not checked"}.get(finding.severity, "finding")
+    return Link(name or finding.step, state, finding.what, list(finding.evidence))
+
+
 @dataclass
 class DoctorReport:
     nodes: dict[str, str] = field(default_factory=dict)  # node -> "ok ..." summary
     problems: list[Problem] = field(default_factory=list)
+    links: dict[str, list[Link]] = field(default_factory=dict)  # subject -> every link, in chain order
 
     def as_json(self) -> dict:
-        return {"nodes": self.nodes, "problems": [p.as_json() for p in self.problems]}
+        return {"nodes": self.nodes, "problems": [p.as_json() for p in self.problems],
+                "links": {subject: [link.as_json() for link in links] for subject, links in self.links.items()}}
 
 
 def first_broken(host: str, verification: Verification) -> Problem | None:
@@ -63,12 +88,32 @@ def first_broken(host: str, verification: Verification) -> Problem | None:
     return None
 
 
-def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name: str) -> Problem | None:
+def host_links(host: str, verification: Verification) -> list[Link]:
+    """Each step's verdict for ``host`` as a link: its proof, its first failure, or why it was not checked."""
+    if host in verification.errors:
+        return [Link("connection", "finding", verification.errors[host])]
+    links = []
+    for step in STEPS:
+        result = verification.result(host, step)
+        if result.outcome == "pass":
+            links.append(Link(step, "ok", result.reason, result.proof))
+        elif result.outcome == "fail":
+            first = result.findings[0] if result.findings else None
+            links.append(Link(step, "finding", result.reason, list(first.evidence) if first else []))
+        else:
+            evidence = [line for f in result.findings for line in f.evidence]
+            links.append(Link(step, "not checked", result.reason, evidence))
+    return links
+
+
+def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name: str) -> Problem | Link:
     """A device-plugin pod on a CPU node: the DaemonSet lost its GPU nodeSelector (runbook failure 4)."""
     namespace = ManifestSettings.from_data(data).namespace
     pod = read_plugin_pod(settings, namespace, node_name)
     if not pod.exists:
-        return None
+        return Link("no plugin on a CPU node", "ok", f"no device-plugin pod runs on the CPU node {node_name}",
+                    [f"kubectl -n {namespace} get pods -l app.kubernetes.io/name={DAEMONSET} "
+                     f"--field-selector spec.nodeName={node_name}: none"])
     return Problem(host, Finding(
         "device_plugin", Severity.FAIL, f"a device-plugin pod runs on the CPU node {node_name}"
         + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else "")
@@ -81,20 +126,53 @@ def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name:
         "(gpunode's manifest has that nodeSelector)", "plugin-on-cpu-node"))
 
 
-def runtime_class_problem(settings: ClusterSettings) -> Problem | None:
+def runtime_class_problem(settings: ClusterSettings) -> Problem | Link:
     found = api_call(settings, "read runtimeclass nvidia",
                      lambda client: get_or_none(client, RuntimeClass, RUNTIME_CLASS))
+    if found is not None and found.handler != RUNTIME_CLASS:
+        return Problem("cluster", Finding(
+            "device_plugin", Severity.FAIL, f'the RuntimeClass "{RUNTIME_CLASS}" names the handler {found.handler!r}, '
+            f'but gpunode configures the runtime as "{RUNTIME_CLASS}": its pods cannot start',
+            [f"kubectl get runtimeclass {RUNTIME_CLASS}: handler {found.handler}"],
+            "re-run deploys/device_plugin.py (it applies the RuntimeClass with handler nvidia)",
+            "runtimeclass-handler-wrong"))
     if found is not None:
-        return None
+        return Link("runtimeclass", "ok", f'the RuntimeClass "{RUNTIME_CLASS}" exists',
+                    [f"kubectl get runtimeclass {RUNTIME_CLASS}: handler {found.handler}"])
     return Problem("cluster", Finding(
         "device_plugin", Severity.FAIL, 'the RuntimeClass "nvidia" does not exist: pods with runtimeClassName: '
         "nvidia are rejected and pods without it get no GPU (nvidia is not the default runtime)",
-        ["kubectl get runtimeclass nvidia: NotFound"],
+        [f"kubectl get runtimeclass {RUNTIME_CLASS}: NotFound"],
         "re-run deploys/device_plugin.py (it applies the RuntimeClass), or set nvidia_runtime_default = True and "
         "re-run deploys/runtime.py", "runtimeclass-missing"))
 
 
-def pod_problem(reference: str, settings: ClusterSettings, verification: Verification) -> Problem | None:
+def container_views(pod: Pod) -> tuple[pods.ContainerView, ...]:
+    views = []
+    for status in (pod.status.containerStatuses or []) if pod.status else []:
+        state = status.state
+        if state and state.running:
+            views.append(pods.ContainerView(status.name, "running", ready=bool(status.ready),
+                                            restarts=status.restartCount or 0))
+        elif state and state.terminated:
+            done = state.terminated
+            views.append(pods.ContainerView(status.name, "terminated", done.reason or "", done.message or "",
+                                            done.exitCode, bool(status.ready), status.restartCount or 0))
+        elif state and state.waiting:
+            views.append(pods.ContainerView(status.name, "waiting", state.waiting.reason or "",
+                                            state.waiting.message or "", None, False, status.restartCount or 0))
+        else:
+            views.append(pods.ContainerView(status.name, "", restarts=status.restartCount or 0))
+    return tuple(views)
+
+
+def event_moment(event: Event) -> int:
+    stamp = event.lastTimestamp or event.eventTime or event.firstTimestamp
+    return int(stamp.timestamp()) if stamp else 0  # whole seconds, as most events carry; ties keep the API order
+
+
+def pod_findings(reference: str, settings: ClusterSettings, verification: Verification) -> list[Finding]:
+    """The pod's first broken link, or the proof of each link it passed (and what could not be checked)."""
     namespace, _, name = reference.partition("/")
     if not name:
         raise GpunodeError(f"--pod {reference!r} is not NAMESPACE/NAME", "write it like default/trainer-0")
@@ -103,9 +181,11 @@ def pod_problem(reference: str, settings: ClusterSettings, verification: Verific
         pod = get_or_none(client, Pod, name, namespace)
         if pod is None:
             return None
-        events = [(e.reason or "", e.message or "") for e in client.list(
-            Event, namespace=namespace, fields={"involvedObject.name": name})]
-        log = "" if pod.status.phase == "Pending" else "".join(client.log(name, namespace=namespace))
+        events = [(e.reason or "", e.message or "") for e in sorted(
+            client.list(Event, namespace=namespace, fields={"involvedObject.name": name}),
+            key=event_moment)]
+        started = any(v.state in ("running", "terminated") for v in container_views(pod))
+        log = "".join(client.log(name, namespace=namespace)) if started else ""
         nodes = list(client.list(Node))
         everyone = [(p.metadata.namespace, p.metadata.name, p.status.phase if p.status else "", p.spec.to_dict())
                     for p in client.list(Pod, namespace="*")]
@@ -115,15 +195,17 @@ def pod_problem(reference: str, settings: ClusterSettings, verification: Verific
     if found is None:
         raise GpunodeError(f'pods "{name}" not found in namespace {namespace}', "kubectl get pods -A lists them")
     pod, events, log, nodes, everyone = found
-    statuses = pod.status.containerStatuses or []
-    waiting = statuses[0].state.waiting if statuses and statuses[0].state else None
+    containers = container_views(pod)
+    waiting = next((c for c in containers if c.state == "waiting"), None)
     view = pods.PodView(namespace, name, pod.status.phase or "", pod.spec.to_dict(), events, log,
-                        waiting.reason if waiting else "", (waiting.message or "") if waiting else "")
+                        waiting.reason if waiting else "", waiting.message if waiting else "",
+                        pod.status.reason or "", pod.status.message or "", containers)
     node_views = [pods.NodeView(n.metadata.name, dict(n.metadata.labels or {}),
                                 int((n.status.allocatable or {}).get(pods.GPU, "0")),
-                                nvidia_default_of(n.metadata.name, verification)) for n in nodes]
-    findings = pods.diagnose(view, node_views, everyone)
-    return Problem(f"pod {reference}", findings[0]) if findings else None
+                                nvidia_default_of(n.metadata.name, verification),
+                                bool(n.spec and n.spec.unschedulable),
+                                (n.metadata.annotations or {}).get(CORDON_REASON, "")) for n in nodes]
+    return pods.diagnose(view, node_views, everyone)
 
 
 def nvidia_default_of(node: str, verification: Verification) -> bool | None:
@@ -150,39 +232,61 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
     needs_runtime_class = False
     for host, target in verification.targets.items():
         problem = first_broken(host, verification)
+        links = host_links(host, verification)
         settings = ClusterSettings.from_data(target.data)
         facts = verification.facts.get(host, {})
         if problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
-            problem = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name or facts.get("hostname")
+            checked = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name or facts.get("hostname")
                                       or host)
+            if isinstance(checked, Link):
+                links.append(checked)
+            else:
+                problem = checked
+                links.append(link_of(checked.finding, "no plugin on a CPU node"))
+        report.links[host] = links
         if problem:
             report.problems.append(problem)
             report.nodes[host] = f"BROKEN at {problem.finding.step}"
         else:
             gpu = verification.result(host, "driver").outcome == "pass"
-            report.nodes[host] = "ok: every link from the driver to allocatable GPUs holds" if gpu else \
-                "ok: CPU-only (no GPU labels, no device plugin)"
+            unchecked = [link.name for link in links if link.state == "not checked"]
+            report.nodes[host] = ("ok: every link from the driver to allocatable GPUs holds" if gpu else
+                                  "ok: CPU-only (no GPU labels, no device plugin)") + (
+                f"; not checked: {', '.join(unchecked)}" if gpu and unchecked else "")
         if settings.cluster_steps:
             cluster = cluster or settings
             needs_runtime_class |= not NodeSettings.from_data(target.data).nvidia_runtime_default
     if cluster is not None and needs_runtime_class:
-        problem = runtime_class_problem(cluster)
-        if problem:
-            report.problems.append(problem)
+        checked = runtime_class_problem(cluster)
+        if isinstance(checked, Link):
+            report.links["cluster"] = [checked]
+        else:
+            report.problems.append(checked)
+            report.links["cluster"] = [link_of(checked.finding, "runtimeclass")]
     if pod:
         if cluster is None:
             raise GpunodeError("--pod needs the cluster, and every host has cluster_steps = False")
-        problem = pod_problem(pod, cluster, verification)
-        if problem:
-            report.problems.append(problem)
+        subject = f"pod {pod}"
+        findings = pod_findings(pod, cluster, verification)
+        report.links[subject] = [link_of(f) for f in findings]
+        broken = [f for f in findings if f.severity is Severity.FAIL]
+        if broken:
+            report.problems.append(Problem(subject, broken[0]))
         else:
-            report.nodes[f"pod {pod}"] = "ok: scheduled, started, and its container saw its GPUs"
+            report.nodes[subject] = "; ".join(f"{'ok' if f.severity is Severity.OK else 'not checked'}: {f.what}"
+                                              for f in findings)
     verification.connections.close()
     return report
 
 
 def render(report: DoctorReport) -> str:
-    lines = [f"{subject:<12} {summary}" for subject, summary in report.nodes.items()]
+    """Per subject: its summary, then each link with its state and the evidence; then the problems."""
+    lines = []
+    for subject in dict.fromkeys([*report.nodes, *report.links]):
+        lines.append(f"{subject:<12} {report.nodes.get(subject, '')}".rstrip())
+        for link in report.links.get(subject, []):
+            lines.append(f"  {link.name:<24} {link.state:<12} {link.what}")
+            lines += [f"  {'':<24} {'':<12}   {line}" for line in link.evidence]
     for problem in report.problems:
         lines.append("")
         lines.append(f"{problem.subject}: {problem.finding.step}: {problem.finding}")

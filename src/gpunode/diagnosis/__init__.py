@@ -13,13 +13,14 @@ from enum import StrEnum
 
 class Severity(StrEnum):
     FAIL = "fail"
-    SKIP = "skip"
+    SKIP = "skip"  # not checked: the step does not apply (CPU-only host) or an earlier link is broken
     WARN = "warn"
+    OK = "ok"  # positive evidence that the step holds: what was read, and where
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing wrong (or not applicable) on a host, for one step."""
+    """One thing wrong, not applicable, or proven right on a host, for one step."""
 
     step: str
     severity: Severity
@@ -39,3 +40,13 @@ class Finding:
 
 def failures(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.severity is Severity.FAIL]
+
+
+def proven(step: str, what: str, evidence: list[str]) -> Finding:
+    """The step holds: ``evidence`` quotes what was read that shows it (never fixed text)."""
+    return Finding(step, Severity.OK, what, evidence, code="ok")
+
+
+def with_proof(findings: list[Finding], step: str, what: str, evidence: list[str]) -> list[Finding]:
+    """``findings`` plus the step's proof when none of them is a failure."""
+    return findings if failures(findings) else [*findings, proven(step, what, evidence)]

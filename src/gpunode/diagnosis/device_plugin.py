@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
-from gpunode.facts.labels import NodeLabelsState
+from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
 
 STEP = "device_plugin"
 RESOURCE = "nvidia.com/gpu"
@@ -37,26 +37,63 @@ def sandbox_fix(event: str, namespace: str, pod: str) -> str:
     return f"kubectl -n {namespace} describe pod {pod} (the runtime's own error is quoted above)"
 
 
+def selector_evidence(rollout: RolloutState, node: NodeLabelsState, namespace: str) -> list[str]:
+    """The DaemonSet's nodeSelector as read, and the node's value of each key it names."""
+    evidence = [f"daemonset {namespace}/{DAEMONSET} nodeSelector: {rollout.selector()}"
+                + (" (plus a node affinity)" if rollout.affinity else "")]
+    evidence += [f"node {node.name} label {key}={node.labels.get(key, '<missing>')}"
+                 for key in sorted(rollout.node_selector)]
+    return evidence
+
+
+def not_scheduled(what: str, evidence: list[str], rollout: RolloutState, node: NodeLabelsState,
+                  namespace: str) -> Finding:
+    unmet = {k: v for k, v in rollout.node_selector.items() if node.labels.get(k) != v}
+    if PRESENT in unmet and node.labels.get(PRESENT) != "true" and unmet[PRESENT] == "true":
+        fix = "run deploys/labels.py (it sets nvidia.com/gpu.present=true on GPU nodes)"
+    elif unmet:
+        fix = (f"the DaemonSet's nodeSelector asks for {', '.join(f'{k}={v}' for k, v in sorted(unmet.items()))}, "
+               "which this node does not carry: re-run deploys/device_plugin.py (it restores gpunode's selector), "
+               "or label the node if that selector is meant")
+    else:
+        fix = f"kubectl -n {namespace} describe daemonset {DAEMONSET} (its events say why no pod is placed here)"
+    return Finding(STEP, Severity.FAIL, f"{what}: no device-plugin pod runs there",
+                   evidence + selector_evidence(rollout, node, namespace), fix, code="plugin-not-scheduled")
+
+
+def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
+    reason = node.cordon_reason
+    return Finding(STEP, Severity.FAIL, f"{node.name} is cordoned: it offers its GPUs, but no new pod is scheduled "
+                   "there", evidence + [f"kubectl get node {node.name}: spec.unschedulable = true",
+                                        f"annotation {CORDON_REASON}: {reason}" if reason
+                                        else f"annotation {CORDON_REASON}: absent (not cordoned by gpunode)"],
+                   ("gpunode cordoned it and stopped there: fix what the reason says and re-run the deploy (the roll "
+                    f"uncordons it when the node checks out), or kubectl uncordon {node.name}" if reason
+                    else f"kubectl uncordon {node.name} when its maintenance is over"), code="node-cordoned")
+
+
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, expected: int,
              namespace: str) -> list[Finding]:
-    """Why ``node`` does not offer ``expected`` GPUs, first cause first; [] when it does."""
+    """Why ``node`` does not offer ``expected`` GPUs to new pods, first cause first; else the proof that it does."""
     have = allocatable_gpus(node)
-    if have == expected:
-        return []
-    what = f"{node.name} offers {have} allocatable {RESOURCE}, its driver sees {expected}"
     evidence = [f"kubectl get node {node.name} -o jsonpath='{{.status.allocatable}}': "
                 f"{RESOURCE}={node.allocatable.get(RESOURCE, '<none>')}"]
+    if have == expected:
+        if node.unschedulable:
+            return [cordoned(node, evidence)]
+        proof = evidence + [f"driver (nvidia-smi): {expected} GPU(s)",
+                            f"kubectl get node {node.name}: spec.unschedulable not set"]
+        if pod.exists:
+            proof.append(f"pod {namespace}/{pod.name}: {pod.phase}, ready={str(pod.ready).lower()}, "
+                         f"restarts={pod.restarts}")
+        return [proven(STEP, f"{node.name} offers its {expected} GPU(s) to the scheduler", proof)]
+    what = f"{node.name} offers {have} allocatable {RESOURCE}, its driver sees {expected}"
     if not rollout.exists:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not deployed", evidence +
-                        [f"daemonset {namespace}/{DAEMONSET}: NotFound"], "run deploys/device_plugin.py",
+                        [f"kubectl -n {namespace} get daemonset {DAEMONSET}: NotFound"], "run deploys/device_plugin.py",
                         code="plugin-missing")]
     if not pod.exists:
-        present = node.labels.get(PRESENT)
-        return [Finding(STEP, Severity.FAIL, f"{what}: no device-plugin pod runs there", evidence +
-                        [f"{PRESENT}={present or '<missing>'} (the DaemonSet's nodeSelector wants true)"],
-                        "run deploys/labels.py (it sets nvidia.com/gpu.present=true on GPU nodes)"
-                        if present != "true" else f"kubectl -n {namespace} describe daemonset {DAEMONSET}",
-                        code="plugin-not-scheduled")]
+        return [not_scheduled(what, evidence, rollout, node, namespace)]
     pod_evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
                     + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
                     + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]

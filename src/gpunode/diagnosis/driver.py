@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, with_proof
 from gpunode.settings import NodeSettings, version_key
 
 STEP = "driver"
@@ -53,7 +53,7 @@ def fail(what: str, evidence: list[str], fix: str, code: str = "") -> Finding:
 
 
 def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
-    """Findings for the driver step; an empty list means the driver is fit for containers."""
+    """Findings for the driver step; without a failure, the last one is the proof the driver is fit."""
     smi = state["nvidia_smi"]
     rc, output = smi["rc"], smi["output"]
     first = output[0] if output else ""
@@ -63,11 +63,11 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
             return [nouveau_finding(modules)]
         if settings.gpu_required:
             return [fail("no NVIDIA driver is installed (nvidia-smi not found, no nvidia module, no /dev/nvidia*)",
-                         ["command -v nvidia-smi: not found"],
+                         [f"nvidia-smi: exit {rc} (command not found)"],
                          "install the NVIDIA driver (e.g. apt-get install nvidia-driver-550-server) and reboot, "
                          "or set gpu_required: false for this host")]
         return [Finding(STEP, Severity.SKIP, "CPU-only host: no NVIDIA driver and no GPU (gpu_required is false)",
-                        ["command -v nvidia-smi: not found"])]
+                        [f"nvidia-smi: exit {rc} (command not found)"])]
     if "nouveau" in modules and "nvidia" not in modules:
         return [nouveau_finding(modules)]
     if rc == 9 or DRIVER_DOWN in first:
@@ -88,9 +88,29 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
         return [fail("the driver is loaded but no GPU initialised", [f"nvidia-smi (exit {rc}): {first}"],
                      "check 'dmesg | grep -i nvrm' (probe errors, nouveau, NVRM: The NVIDIA probe routine...)")]
     if rc != 0 or not smi["gpus"]:
-        return [fail(f"nvidia-smi failed (exit {rc})", output[:3] or ["no output"],
+        return [fail(f"nvidia-smi failed (exit {rc})", output[:3] or [f"nvidia-smi: exit {rc}, no output"],
                      "run 'nvidia-smi' on the node and read its message")]
-    return healthy_driver_checks(state, settings)
+    return with_proof(healthy_driver_checks(state, settings), STEP, "the driver is loaded and sees every GPU",
+                      driver_evidence(state))
+
+
+def driver_evidence(state: dict) -> list[str]:
+    """What was read that shows a working driver: nvidia-smi's GPUs, the loaded module, the device nodes."""
+    gpus = state["nvidia_smi"]["gpus"]
+    names: dict[str, int] = {}
+    for gpu in gpus:
+        names[gpu["name"]] = names.get(gpu["name"], 0) + 1
+    evidence = [f"nvidia-smi --query-gpu: {len(gpus)} GPU(s) ("
+                + ", ".join(f"{count} x {name}" for name, count in names.items())
+                + f"), driver_version {gpus[0]['driver_version']}",
+                f"/sys/module/nvidia/version: {state['module_version'] or 'absent'}",
+                f"device nodes: {', '.join(state['devices']) or 'none'}"]
+    if state["nvswitch_count"]:
+        fm = state["fabricmanager"]
+        evidence += [f"/proc/driver/nvidia-nvswitch/devices: {state['nvswitch_count']} NVSwitch(es)",
+                     f"systemctl is-active nvidia-fabricmanager: {fm['active']}, version {fm['version'] or 'unknown'}",
+                     f"nvidia-smi fabric.state, fabric.status: {'; '.join(state['fabric']) or 'not reported'}"]
+    return evidence
 
 
 def nouveau_finding(modules: list[str]) -> Finding:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, with_proof
 from gpunode.facts.labels import NodeLabelsState
 
 STEP = "labels"
@@ -42,4 +42,9 @@ def diagnose(state: NodeLabelsState, desired: dict[str, str]) -> list[Finding]:
         evidence = wrong + [f"{key}={state.labels.get(key)} (no longer true)" for key in stale]
         findings.append(Finding(STEP, Severity.FAIL, f"{state.name}'s GPU labels do not match its GPUs", evidence,
                                 FIX, code="labels-stale"))
-    return findings
+    if not desired:
+        return with_proof(findings, STEP, f"{state.name} carries no GPU labels (no working GPU)",
+                          [f"kubectl get node {state.name}: labels owned by gpunode: "
+                           f"{', '.join(sorted(state.ours)) or 'none'}"])
+    return with_proof(findings, STEP, f"{state.name} carries the labels of its GPUs",
+                      [f"kubectl get node {state.name}: {key}={state.labels.get(key)}" for key in sorted(applied)])

@@ -1,19 +1,49 @@
-"""Diagnosis of one GPU pod: why it is Pending, cannot start, or runs without a GPU.
+"""Diagnosis of one GPU pod: why it is Pending, cannot start, failed, or runs without a GPU.
 
-Reads what ``kubectl describe pod`` shows (phase, conditions, events, the
-container's output) and the cluster around it (nodes, the pods holding GPUs,
-each node's runtime facts) and names the first broken link with the fix.
+Reads what ``kubectl describe pod`` shows (phase, reason, container states,
+events, the container's output) and the cluster around it (nodes, the pods
+holding GPUs, each node's runtime facts) and names the first broken link with
+the fix. A pod is "ok" only on positive evidence: its phase and container
+states, and for a GPU pod the GPUs its container listed in its output.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, failures, proven
 
 STEP = "pod"
+GPUS_STEP = "pod GPUs"  # the last link: the container saw the GPUs it was allocated
 GPU = "nvidia.com/gpu"
 NO_DEVICE = "CUDA_ERROR_NO_DEVICE"
+GPU_LINE = re.compile(r"^GPU \d+: .+\(UUID: GPU-[^)]+\)\s*$")  # nvidia-smi -L, one line per GPU
+MIG_LINE = re.compile(r"^\s+MIG .+\(UUID: MIG-[^)]+\)\s*$")  # and one per MIG device under its GPU
+CUDA_COUNT = re.compile(r"^CUDA devices: (\d+)\s*$")  # what a CUDA sample's device query prints
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One container's state as the pod's status reports it."""
+
+    name: str
+    state: str  # "running", "waiting", "terminated" or "" (no status yet)
+    reason: str = ""
+    message: str = ""
+    exit_code: int | None = None
+    ready: bool = False
+    restarts: int = 0
+
+    def describe(self) -> str:
+        text = f"container {self.name}: {self.state or 'no status'}"
+        if self.reason:
+            text += f" ({self.reason})"
+        if self.exit_code is not None:
+            text += f", exit code {self.exit_code}"
+        if self.message:
+            text += f": {self.message.strip()}"
+        return text + f", ready={str(self.ready).lower()}, restarts={self.restarts}"
 
 
 @dataclass(frozen=True)
@@ -28,6 +58,9 @@ class PodView:
     log: str = ""
     waiting: str = ""
     waiting_message: str = ""
+    reason: str = ""  # status.reason (UnexpectedAdmissionError, Evicted, ...)
+    message: str = ""  # status.message
+    containers: tuple[ContainerView, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +69,8 @@ class NodeView:
     labels: dict[str, str]
     allocatable_gpus: int
     nvidia_default: bool | None = None  # from the node's runtime facts; None when unknown
+    unschedulable: bool = False
+    cordon_reason: str = ""
 
 
 def gpu_request(spec: dict) -> int:
@@ -72,6 +107,14 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                             evidence + [f"nodeSelector: {selector}", f"GPU nodes have: {', '.join(seen) or 'none'}"],
                             "use a label the GPU nodes carry (gpunode sets accelerator=nvidia-<model> and "
                             "nvidia.com/gpu.product), or label the nodes you meant", code="selector-no-gpu-node")]
+        cordoned = [n for n in nodes if n.unschedulable and n.allocatable_gpus]
+        if "unschedulable" in message and cordoned:
+            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: GPU node(s) are cordoned",
+                            evidence + [f"{n.name}: spec.unschedulable = true"
+                                        + (f", cordon reason: {n.cordon_reason}" if n.cordon_reason else "")
+                                        for n in cordoned],
+                            "kubectl uncordon the node once its reason is dealt with, or re-run the deploy's roll "
+                            "(it uncordons a node when the node checks out)", code="nodes-cordoned")]
         if f"Insufficient {GPU}" in message:
             held = holders(pods)
             lines = [f"{n.name}: {n.allocatable_gpus} allocatable, held by "
@@ -83,15 +126,22 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                             "wait for or delete the pods holding GPUs above, ask for fewer GPUs, or add GPU nodes; "
                             "a node missing from the list offers no GPUs (gpunode verify names why)",
                             code="insufficient-gpus")]
-        return [Finding(STEP, Severity.FAIL, f"{title} is Pending", evidence, "see the event", code="unschedulable")]
-    if sandbox or pod.waiting == "FailedCreatePodSandBox":
+        return [Finding(STEP, Severity.FAIL, f"{title} is Pending: the scheduler places it nowhere", evidence,
+                        "read the scheduler's message above: it names each node's reason", code="unschedulable")]
+    if pod.phase == "Pending" and (sandbox or pod.waiting == "FailedCreatePodSandBox"):
         message = sandbox[-1] if sandbox else pod.waiting_message
         node = pod.spec.get("nodeName", "?")
         handler = pod.spec.get("runtimeClassName") or "the default"
-        return [Finding(STEP, Severity.FAIL, f"{title} cannot start on {node}: the container runtime there has no "
-                        f"{handler} runtime", [f"event FailedCreatePodSandBox: {message}"],
-                        f"re-run deploys/runtime.py for {node} (it adds the nvidia runtime to containerd and "
-                        "restarts it)", code="runtime-handler-missing")]
+        evidence = [f"event FailedCreatePodSandBox: {message}"]
+        if "no runtime for" in message:
+            return [Finding(STEP, Severity.FAIL, f"{title} cannot start on {node}: the container runtime there has no "
+                            f"{handler} runtime", evidence,
+                            f"re-run deploys/runtime.py for {node} (it adds the nvidia runtime to containerd and "
+                            "restarts it)", code="runtime-handler-missing")]
+        return [Finding(STEP, Severity.FAIL, f"{title} cannot start on {node}: the container runtime refuses its "
+                        f"sandbox (runtime handler: {handler})", evidence,
+                        f"the runtime's own words are above; 'gpunode verify --limit {node}' checks the toolkit and "
+                        "runtime steps there", code="sandbox-failed")]
     if NO_DEVICE in pod.log:
         node = next((n for n in nodes if n.name == pod.spec.get("nodeName")), None)
         evidence = [f"container output: {line}" for line in pod.log.splitlines() if NO_DEVICE in line][:1]
@@ -107,4 +157,84 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         return [Finding(STEP, Severity.FAIL, f"{title} runs without a GPU although it got {wanted}", evidence,
                         "the nvidia runtime did not inject the GPUs: gpunode verify (toolkit and runtime steps) "
                         f"on {pod.spec.get('nodeName', '?')}", code="runtime-no-injection")]
-    return []
+    lifecycle = lifecycle_findings(pod, title)
+    if failures(lifecycle) or not wanted:
+        return lifecycle
+    return lifecycle + [gpus_seen(pod, title, wanted)]
+
+
+def event_lines(pod: PodView) -> list[str]:
+    return [f"event {reason}: {message}" for reason, message in pod.events[-3:]]
+
+
+def lifecycle_findings(pod: PodView, title: str) -> list[Finding]:
+    """The pod ran as it should (proof from its phase and container states), or the finding that it did not."""
+    status = f"pod status: phase {pod.phase or '<none>'}" + (f", reason {pod.reason}" if pod.reason else "") + (
+        f": {pod.message.strip()}" if pod.message else "")
+    states = [c.describe() for c in pod.containers]
+    evidence = [status, *states]
+    node = pod.spec.get("nodeName") or "?"
+    if pod.phase == "Failed":
+        last = [f"container output: {line}" for line in pod.log.strip().splitlines()[-3:]]
+        if pod.reason == "UnexpectedAdmissionError" or pod.reason.startswith("OutOf"):
+            return [Finding(STEP, Severity.FAIL, f"{title} was refused by the kubelet on {node} at admission: it never "
+                            "ran", evidence + event_lines(pod),
+                            f"the message says what the kubelet could not do (for GPUs: the device plugin's Allocate "
+                            f"failed or its GPUs went away); 'gpunode doctor' checks the device plugin on {node}, then "
+                            "re-create the pod", code="admission-refused")]
+        exited = [c for c in pod.containers if c.exit_code not in (None, 0)]
+        what = (f"{title} failed: container {exited[0].name} exited {exited[0].exit_code}" if exited
+                else f"{title} failed")
+        return [Finding(STEP, Severity.FAIL, what, evidence + last + event_lines(pod),
+                        f"kubectl -n {pod.namespace} logs {pod.name} (the container's own error)", code="pod-failed")]
+    if pod.phase == "Succeeded":
+        if all(c.state == "terminated" and c.exit_code == 0 for c in pod.containers) and pod.containers:
+            return [proven(STEP, f"{title} ran on {node} and every container exited 0", evidence)]
+        return [Finding(STEP, Severity.FAIL, f"{title} is Succeeded but its containers do not all show exit 0",
+                        evidence, f"kubectl -n {pod.namespace} describe pod {pod.name}", code="pod-state-odd")]
+    if pod.phase == "Running":
+        stuck = [c for c in pod.containers if c.state != "running"]
+        if not stuck and pod.containers:
+            return [proven(STEP, f"{title} runs on {node}: every container started", evidence)]
+        first = stuck[0] if stuck else None
+        return [Finding(STEP, Severity.FAIL, f"{title} is Running but container {first.name if first else '?'} is "
+                        f"{first.state if first else 'unreported'}" + (f" ({first.reason})" if first and first.reason
+                                                                        else ""),
+                        evidence + event_lines(pod), f"kubectl -n {pod.namespace} logs {pod.name} --previous; "
+                        f"kubectl -n {pod.namespace} describe pod {pod.name}", code="container-not-running")]
+    if pod.phase == "Pending":
+        waiting = next((c for c in pod.containers if c.state == "waiting"), None)
+        where = f"on {node}" if pod.spec.get("nodeName") else "(not scheduled yet)"
+        return [Finding(STEP, Severity.FAIL, f"{title} is Pending {where}"
+                        + (f": container {waiting.name} waits ({waiting.reason})" if waiting else ""),
+                        evidence + event_lines(pod), f"kubectl -n {pod.namespace} describe pod {pod.name}",
+                        code="pod-pending")]
+    return [Finding(STEP, Severity.FAIL, f"{title} is in phase {pod.phase or '<none>'}", evidence + event_lines(pod),
+                    f"kubectl -n {pod.namespace} describe pod {pod.name}", code="pod-state-odd")]
+
+
+def gpus_seen(pod: PodView, title: str, wanted: int) -> Finding:
+    """Whether the container listed the GPUs it was allocated (its own output is the only proof here)."""
+    lines = pod.log.splitlines()
+    migs = [line.strip() for line in lines if MIG_LINE.match(line)]
+    gpus = [line.strip() for line in lines if GPU_LINE.match(line)]
+    counted = [int(m.group(1)) for m in map(CUDA_COUNT.match, lines) if m]
+    seen = migs or gpus
+    if seen:
+        count, evidence = len(seen), [f"container output: {line}" for line in seen[:8]]
+    elif counted:
+        count, evidence = counted[-1], [f"container output: CUDA devices: {counted[-1]}"]
+    else:
+        return Finding(GPUS_STEP, Severity.SKIP, f"whether {title}'s container saw its {wanted} GPU(s): its output "
+                       "lists none", [f"container output: {len(lines)} line(s), none like nvidia-smi -L's "
+                                              "'GPU 0: ... (UUID: GPU-...)'"],
+                       "run 'nvidia-smi -L' at the container's start, so its log shows the GPUs it got",
+                       code="gpus-not-shown")
+    if count != wanted:
+        return Finding(GPUS_STEP, Severity.FAIL, f"{title}'s container saw {count} GPU(s), it was allocated {wanted}",
+                       evidence + [f"resources.limits {GPU}: {wanted}"],
+                       "the runtime injects what the device plugin's Allocate returned: 'gpunode verify' on "
+                       f"{pod.spec.get('nodeName', '?')} (toolkit, runtime and device-plugin steps)",
+                       code="gpu-count-mismatch")
+    return proven(GPUS_STEP, f"{title}'s container saw the {wanted} GPU(s) it was allocated",
+                  evidence + [f"resources.limits {GPU}: {wanted}"])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, with_proof
 from gpunode.settings import NodeSettings
 
 STEP = "toolkit"
@@ -24,4 +24,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
             findings.append(Finding(STEP, Severity.FAIL, "toolkit packages are not held at the pinned version",
                                     [f"not held: {', '.join(unheld)}"],
                                     f"apt-mark hold {' '.join(unheld)} (or re-run deploys/toolkit.py)"))
-    return findings
+    evidence = [f"dpkg-query: {name} {version}" + (" (held)" if name in state["held"] else " (not held)")
+                for name, version in sorted(state["versions"].items())]
+    return with_proof(findings, STEP, f"the toolkit packages are at the pinned {want}"
+                      + (" and held" if settings.toolkit_hold else ""), evidence)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Severity, with_proof
 from gpunode.settings import KEYRING_PATH, LIST_PATH, NodeSettings
 
 STEP = "toolkit_repo"
@@ -38,4 +38,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
         findings.append(Finding(STEP, Severity.FAIL, "stale NVIDIA apt sources conflict with the toolkit source "
                                 "(apt: 'Conflicting values set for option Signed-By')", state["stale_lists"],
                                 f"remove them: rm {' '.join(state['stale_lists'])}"))
-    return findings
+    return with_proof(findings, STEP, "the toolkit's apt source is the pinned line, signed by the pinned key",
+                      [f"gpg --show-keys {KEYRING_PATH}: {', '.join(state['keyring_fingerprints'])}",
+                       f"{LIST_PATH}: {' | '.join(lines)}",
+                       f"other NVIDIA sources in /etc/apt/sources.list.d: {', '.join(state['stale_lists']) or 'none'}"])

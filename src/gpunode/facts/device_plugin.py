@@ -7,7 +7,7 @@ does not show up as allocatable can be pinned on a cause.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Event, Pod
@@ -29,10 +29,16 @@ class RolloutState:
     desired: int = 0
     updated: int = 0
     ready: int = 0
+    node_selector: dict[str, str] = field(default_factory=dict)  # the pod template's nodeSelector, as live
+    affinity: bool = False  # the pod template has a node affinity (it narrows the nodes too)
 
     @property
     def complete(self) -> bool:
         return self.exists and self.observed >= self.generation and self.desired == self.updated == self.ready
+
+    def selector(self) -> str:
+        """The nodeSelector as kubectl prints it (``k=v,k2=v2``), for evidence."""
+        return ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items())) or "<none>"
 
     def progress(self) -> str:
         return f"{self.ready}/{self.desired} ready, {self.updated}/{self.desired} updated"
@@ -63,9 +69,12 @@ def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
     if ds is None:
         return RolloutState(False)
     status = ds.status
+    template = ds.spec.template.spec if ds.spec and ds.spec.template else None
     return RolloutState(True, ds.metadata.generation or 0, (status.observedGeneration or 0) if status else 0,
                         status.desiredNumberScheduled if status else 0,
-                        (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0)
+                        (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0,
+                        dict(template.nodeSelector or {}) if template else {},
+                        bool(template and template.affinity and template.affinity.nodeAffinity))
 
 
 def last_words(lines: list[str]) -> tuple[str, ...]:

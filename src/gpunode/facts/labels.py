@@ -14,6 +14,9 @@ from lightkube.resources.core_v1 import Node
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 
+# set by gpunode's roll when it cordons a node (why), removed when it uncordons it
+CORDON_REASON = "gpunode.io/cordon-reason"
+
 
 @dataclass(frozen=True)
 class NodeLabelsState:
@@ -25,6 +28,8 @@ class NodeLabelsState:
     ours: frozenset[str] = frozenset()
     others: dict[str, str] = field(default_factory=dict)  # label -> the field manager that owns it
     allocatable: dict[str, str] = field(default_factory=dict)
+    unschedulable: bool = False  # cordoned (spec.unschedulable)
+    cordon_reason: str = ""  # gpunode's annotation saying why it cordoned the node, when it did
 
 
 def label_keys(fields_v1: dict | None) -> set[str]:
@@ -45,9 +50,18 @@ def parse_node(name: str, node: Node | None) -> NodeLabelsState:
         else:
             others.update({key: entry.manager or "unknown" for key in keys})
     allocatable = dict(node.status.allocatable or {}) if node.status else {}
-    return NodeLabelsState(name, True, dict(node.metadata.labels or {}), frozenset(ours), others, allocatable)
+    return NodeLabelsState(name, True, dict(node.metadata.labels or {}), frozenset(ours), others, allocatable,
+                           bool(node.spec and node.spec.unschedulable),
+                           (node.metadata.annotations or {}).get(CORDON_REASON, ""))
 
 
 def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:
     """The node's labels state; ``exists=False`` when the API has no such Node."""
     return parse_node(name, api_call(settings, f"read node {name}", lambda client: get_or_none(client, Node, name)))
+
+
+def read_gpu_nodes(settings: ClusterSettings, label: str = "nvidia.com/gpu.present") -> list[NodeLabelsState]:
+    """Every Node labelled ``<label>=true`` (the labels step's mark of a working GPU), in one list call."""
+    nodes = api_call(settings, f"list nodes with {label}=true",
+                     lambda client: list(client.list(Node, labels={label: "true"})))
+    return [parse_node(node.metadata.name, node) for node in nodes]

@@ -18,6 +18,7 @@ from gpunode.facts.sections import exit_code, section, split_sections
 CONTAINERD_CONFIG = "/etc/containerd/config.toml"
 CONTAINERD_DROPIN_DIR = "/etc/containerd/conf.d"
 DOCKER_CONFIG = "/etc/docker/daemon.json"
+CTR_TIMEOUT = 5  # ctr waits 10 s for a socket nobody answers on; a stopped containerd is read from systemctl
 
 
 def containerd_version(lines: list[str]) -> str | None:
@@ -52,7 +53,9 @@ class RuntimeConfig(FactBase):
             "containerd_default": "...",                   # 'containerd config default', only when the
                                                            # config is absent or has no runc runtime
             "docker_config": "{...}",                      # None when /etc/docker/daemon.json is absent
-            "cri_status": "ok",                            # containerd's CRI plugin (ctr plugins ls), None if unknown
+            "cri_status": "ok",                            # containerd's CRI plugin (ctr plugins ls): ok, error,
+                                                           # "absent" (no cri listed), "unanswered (...)";
+                                                           # None when containerd is not active or ctr missing
             "containerd_version": "1.6.20",                # from 'containerd --version', None if unknown
         }
     """
@@ -63,8 +66,9 @@ class RuntimeConfig(FactBase):
             "command -v containerd >/dev/null 2>&1 && echo containerd;"
             " command -v dockerd >/dev/null 2>&1 && echo docker; command -v crio >/dev/null 2>&1 && echo crio",
             section("active"),
-            "systemctl is-active containerd docker crio 2>/dev/null | paste -d' ' - - - | "
-            "awk '{print \"containerd \" $1; print \"docker \" $2; print \"crio \" $3}'",
+            "gpunode_active=$(systemctl is-active containerd docker crio 2>/dev/null);"
+            " printf '%s\\n' \"$gpunode_active\" | paste -d' ' - - - |"
+            " awk '{print \"containerd \" $1; print \"docker \" $2; print \"crio \" $3}'",
             section("containerd_config"), _encoded(CONTAINERD_CONFIG),
             section("containerd_dropins"),
             f"for f in {CONTAINERD_DROPIN_DIR}/*.toml; do [ -f \"$f\" ] && echo \"$f $(base64 -w0 \"$f\")\"; done",
@@ -79,8 +83,11 @@ class RuntimeConfig(FactBase):
             section("docker_config"), _encoded(DOCKER_CONFIG),
             section("containerd_version"),
             "if command -v containerd >/dev/null 2>&1; then containerd --version 2>/dev/null; fi",
-            section("cri"),
-            "if command -v ctr >/dev/null 2>&1; then ctr plugins ls 2>/dev/null | awk '$2==\"cri\"{print $4}'; fi",
+            section("cri"),  # asked only of a running containerd, and never longer than CTR_TIMEOUT seconds
+            "set -- ${gpunode_active:-}; if command -v ctr >/dev/null 2>&1 && [ \"${1:-}\" = active ];"
+            f" then out=$(timeout {CTR_TIMEOUT} ctr plugins ls 2>/dev/null); rc=$?;"
+            " if [ $rc -ne 0 ]; then echo \"unanswered (ctr plugins ls exit $rc)\"; else"
+            " printf '%s\\n' \"$out\" | awk '$2==\"cri\"{print $4; n++} END{if(!n) print \"absent\"}'; fi; fi",
             "true",
         ])
 

@@ -2,7 +2,10 @@
 
 Objects are applied server-side as field manager ``gpunode`` (forced: they are
 gpunode's own). An object whose live copy already holds every rendered value
-and carries the hash of the rendered document is not written again. The waits
+and carries the hash of the rendered document is not written again; except
+that the fields deciding where the plugin's pods run and what they run
+(nodeSelector, affinity, runtime class, command) must equal the rendered ones
+exactly: a key another manager added there is drift, and removed. The waits
 poll the API (as ``kubectl rollout status`` and NVIDIA's validator do) and fail
 with the first broken link named.
 """
@@ -15,16 +18,18 @@ import time
 from weakref import WeakKeyDictionary
 
 from lightkube import codecs
+from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
 from pyinfra import host, state
 from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.cluster.labels import driver_version_of
-from gpunode.diagnosis.device_plugin import allocatable_gpus, diagnose
+from gpunode.diagnosis.device_plugin import PRESENT, allocatable_gpus, diagnose
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import read_plugin_pod, read_rollout
-from gpunode.facts.labels import read_node
+from gpunode.facts.device_plugin import DAEMONSET, RolloutState, read_plugin_pod, read_rollout
+from gpunode.facts.labels import read_gpu_nodes, read_node
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import labelled_driver, relabelled
@@ -57,6 +62,51 @@ def holds(live: object, wanted: object) -> bool:
     return live == wanted
 
 
+# the pod template's fields that decide which nodes get a plugin pod and what it runs: exact, absent stays absent
+EXACT_POD_FIELDS = ("nodeSelector", "affinity", "nodeName", "runtimeClassName")
+EXACT_CONTAINER_FIELDS = ("command", "args", "image")
+
+
+def foreign_extras(live: dict | None, wanted: dict) -> dict:
+    """A merge patch removing what the live DaemonSet selects or runs beyond the rendered one ({} if nothing).
+
+    Server-side apply keeps a key another field manager added (a nodeSelector entry, an affinity, a command),
+    so re-applying cannot repair it; these are nulled explicitly.
+    """
+    if wanted.get("kind") != "DaemonSet" or not live:
+        return {}
+    want = wanted["spec"]["template"]["spec"]
+    have = ((live.get("spec") or {}).get("template") or {}).get("spec") or {}
+    patch: dict = {}
+    for key in EXACT_POD_FIELDS:
+        if key not in have:
+            continue
+        if key not in want:
+            patch[key] = None
+        elif isinstance(want[key], dict) and isinstance(have[key], dict) and key == "nodeSelector":
+            extra = {k: None for k in have[key] if k not in want[key]}
+            if extra:
+                patch[key] = extra
+    containers = []
+    for live_container in have.get("containers") or []:
+        rendered = next((c for c in want["containers"] if c["name"] == live_container.get("name")), None)
+        extra = {k: None for k in EXACT_CONTAINER_FIELDS if rendered is not None and k in live_container
+                 and k not in rendered}
+        if extra:
+            containers.append({"name": live_container["name"], **extra})
+    if containers:
+        patch["containers"] = containers
+    return {"spec": {"template": {"spec": patch}}} if patch else {}
+
+
+def drift_lines(patch: dict) -> list[str]:
+    spec = patch["spec"]["template"]["spec"]
+    lines = [f"{key}: {', '.join(value) if isinstance(value, dict) else 'set'}" for key, value in spec.items()
+             if key != "containers"]
+    lines += [f"container {c['name']}: {', '.join(k for k in c if k != 'name')}" for c in spec.get("containers", [])]
+    return lines
+
+
 def _read_live(settings: ClusterSettings, document: dict) -> dict | None:
     resource = type(codecs.from_dict(document))
     meta = document["metadata"]
@@ -65,12 +115,23 @@ def _read_live(settings: ClusterSettings, document: dict) -> dict | None:
     return live.to_dict() if live is not None else None
 
 
-def apply_documents(target: Host, settings: ClusterSettings, documents: list[dict]) -> None:
+def apply_documents(target: Host, settings: ClusterSettings, documents: list[dict],
+                    extras: dict[str, dict] | None = None) -> None:
+    """Apply each document; then remove what other managers added to the DaemonSet's selecting fields."""
     for document in documents:
         obj = codecs.from_dict(document)
         api_call(settings, f"apply {document['kind']} {document['metadata']['name']}",
                  lambda client, obj=obj: client.apply(obj, field_manager=FIELD_MANAGER, force=True))
         target.log(f"applied {document['kind']} {document['metadata']['name']}")
+        patch = (extras or {}).get(document["metadata"]["name"]) if document["kind"] == "DaemonSet" else None
+        if patch:
+            meta = document["metadata"]
+            api_call(settings, f"remove foreign fields from daemonset {meta['name']}",
+                     lambda client, meta=meta, patch=patch: client.patch(
+                         DaemonSet, meta["name"], patch, namespace=meta.get("namespace"), patch_type=PatchType.MERGE,
+                         field_manager=FIELD_MANAGER))
+            target.log(f"removed from daemonset {meta['name']} what another manager added: "
+                       + "; ".join(drift_lines(patch)))
 
 
 @operation()
@@ -82,8 +143,15 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
     + settings: which cluster
     """
     wanted = [stamped(d) for d in documents]
+    stale, extras = [], {}
     try:
-        stale = [d for d in wanted if not holds(_read_live(settings, d), d)]
+        for document in wanted:
+            live = _read_live(settings, document)
+            patch = foreign_extras(live, document)
+            if patch:
+                extras[document["metadata"]["name"]] = patch
+            if patch or not holds(live, document):
+                stale.append(document)
     except GpunodeError as error:
         yield failing_command(str(error))
         return
@@ -91,7 +159,7 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
         host.noop(f"{len(wanted)} device-plugin object(s) up to date")
         return
     _rolling[state] = True
-    yield control_command(apply_documents, settings, stale)
+    yield control_command(apply_documents, settings, stale, extras)
 
 
 def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
@@ -99,6 +167,8 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
     shown = ""
     while True:
         rollout = read_rollout(settings, namespace)
+        if rollout.complete and rollout.desired == 0:
+            selects_none(settings, namespace, rollout)
         if rollout.complete:
             target.log(f"device plugin rolled out: {rollout.progress()}")
             return
@@ -110,6 +180,22 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
                                f"({rollout.progress()})",
                                f"kubectl -n {namespace} get pods -o wide; 'gpunode verify' names the node and cause")
         time.sleep(POLL_SECONDS)
+
+
+def selects_none(settings: ClusterSettings, namespace: str, rollout: RolloutState) -> None:
+    """A DaemonSet that places no pod while GPU nodes exist is not rolled out: say what it selects."""
+    gpu_nodes = read_gpu_nodes(settings)
+    if not gpu_nodes:
+        return
+    keys = sorted(set(rollout.node_selector) | {PRESENT})
+    labels = [f"{node.name}: " + ", ".join(f"{k}={node.labels.get(k, '<missing>')}" for k in keys)
+              for node in gpu_nodes[:10]]
+    raise GpunodeError(f"the device-plugin DaemonSet selects no node ({rollout.progress()}) while {len(gpu_nodes)} "
+                       f"GPU node(s) exist\n  evidence: daemonset {namespace}/{DAEMONSET} nodeSelector: "
+                       f"{rollout.selector()}" + (" (plus a node affinity)" if rollout.affinity else "")
+                       + "\n            " + "\n            ".join(labels),
+                       "the selector must match the GPU nodes' labels: re-run deploys/device_plugin.py (gpunode's "
+                       f"manifest selects {PRESENT}=true) and deploys/labels.py")
 
 
 @operation()

@@ -24,11 +24,11 @@ from gpunode.diagnosis import failures
 from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.driver import DriverState
+from gpunode.facts.labels import CORDON_REASON
 from gpunode.operations import control_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.settings import NodeSettings
 
-CORDON_REASON = "gpunode.io/cordon-reason"
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 POLL_SECONDS = 2.0
 _fresh_driver: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()

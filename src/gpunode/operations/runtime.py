@@ -13,20 +13,27 @@ import tomllib
 
 import tomlkit
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, operation
+from pyinfra.api import FileUploadCommand, Host, StringCommand, operation
 
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.runtime import chosen_runtime, diagnose
+from gpunode.errors import GpunodeError
 from gpunode.facts.runtime import CONTAINERD_CONFIG, CONTAINERD_DROPIN_DIR, DOCKER_CONFIG, RuntimeConfig
-from gpunode.operations import failing_command
+from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import NodeSettings
 
 BACKUP_ROOT = "/var/backups/gpunode"
 DROPIN = f"{CONTAINERD_DROPIN_DIR}/99-nvidia.toml"
 # containerd must answer AND load its CRI plugin (a config can start containerd yet break CRI)
-READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\" && $4!=\"ok\"{exit 1}'",
+READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\"{n++; if ($4!=\"ok\") bad=1}"
+                             " END{exit (n==0 || bad)}'",
                "docker": "docker info"}
+# findings no change of this step can repair: the host fails with them (and their fix) instead of a restart that
+# changes nothing; a CRI plugin that is off, or an nvidia runtime hand-edited away from runc's options, is the
+# admin's to decide
+BLOCKING = ("config-invalid", "config-rejected", "dump-unreadable", "no-runtime", "cdi-unsupported", "cri-disabled",
+            "cri-plugin-missing", "nvidia-options-differ")
 
 
 def backup_dir(stamp: str) -> str:
@@ -127,8 +134,7 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     findings = failures(diagnose(state, settings))
     runtime = chosen_runtime(state, settings)
     codes = {f.code for f in findings}
-    blocking = [f for f in findings if f.code in ("config-invalid", "config-rejected", "dump-unreadable",
-                                                  "no-runtime", "cdi-unsupported")]
+    blocking = [f for f in findings if f.code in BLOCKING]
     if blocking:
         yield failing_command("\n".join(str(f) for f in blocking))
         return
@@ -178,6 +184,32 @@ def unset_default(runtime: str, state: dict):
         if fixed is not None:
             tomllib.loads(fixed)
             yield from upload(fixed, path)
+
+
+def recheck(target: Host, settings: NodeSettings) -> None:
+    """Read the runtime's facts again after the change and restart: what the step found must be gone."""
+    status, output = target.run_shell_command(StringCommand(RuntimeConfig().command()), print_output=False)
+    if not status:
+        raise GpunodeError(f"could not read the runtime's facts again after the change: {output.stderr.strip()}",
+                           "run 'gpunode verify' on the host")
+    left = failures(diagnose(RuntimeConfig().process(output.stdout_lines), settings))
+    if left:
+        raise GpunodeError("the runtime step changed the config and restarted the runtime, but the check still "
+                           "fails:\n" + "\n".join(str(f) for f in left),
+                           left[0].fix or "run 'gpunode doctor' on the host")
+    target.log("runtime re-checked after the change: the nvidia runtime is in place")
+
+
+@operation(is_idempotent=False)
+def rechecked(settings: NodeSettings):
+    """
+    Read the runtime's effective config again after this run changed and restarted it, and fail the host
+    if what the step set out to fix is still wrong (a change that fixes nothing must not report success).
+    Gate it on the configure operation (``_if=configure.did_change``).
+
+    + settings: the host's gpunode settings
+    """
+    yield control_command(recheck, settings)
 
 
 @operation(is_idempotent=False)

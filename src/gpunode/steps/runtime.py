@@ -21,3 +21,4 @@ def runtime_configuration() -> None:
                                        settings=settings, stamp=RUN_STAMP)
     runtime.restarted(name="Restart the container runtime (its config changed)", settings=settings,
                       stamp=RUN_STAMP, _if=configure.did_change)
+    runtime.rechecked(name="Re-check the runtime after the change", settings=settings, _if=configure.did_change)

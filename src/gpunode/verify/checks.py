@@ -55,19 +55,34 @@ class StepResult:
 
     host: str
     step: str
-    outcome: str  # "pass", "fail" or "skip"
+    outcome: str  # "pass" (with proof), "fail" or "skip" (not checked, and why)
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
 
+    @property
+    def state(self) -> str:
+        """The verdict in doctor's words: "ok", "finding" or "not checked"."""
+        return {"pass": "ok", "fail": "finding"}.get(self.outcome, "not checked")
+
+    @property
+    def proof(self) -> list[str]:
+        """What was read that shows the step holds (empty unless it passed)."""
+        return [line for f in self.findings if f.severity is Severity.OK for line in f.evidence]
+
 
 def verdict(host: str, step: str, findings: list[Finding]) -> StepResult:
+    """Fail on any failure; skip when the step does not apply; pass only with a proof (positive evidence)."""
     failed = [f for f in findings if f.severity is Severity.FAIL]
     skipped = [f for f in findings if f.severity is Severity.SKIP]
     if failed:
         return StepResult(host, step, "fail", failed[0].what, failed)
     if skipped:
         return StepResult(host, step, "skip", skipped[0].what, skipped)
-    return StepResult(host, step, "pass", findings=findings)
+    proofs = [f for f in findings if f.severity is Severity.OK]
+    if not proofs:
+        return StepResult(host, step, "skip", "not checked: the diagnosis read nothing that proves this step",
+                          findings)
+    return StepResult(host, step, "pass", proofs[0].what, findings)
 
 
 class ClusterView:

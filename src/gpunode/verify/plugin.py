@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.diagnosis import Severity
 from gpunode.errors import GpunodeError
 from gpunode.verify.checks import STEPS, ClusterView, StepResult, facts_command, judge, split_facts
 from gpunode.verify.targets import Connections, Target, load_inventory, parse_data
@@ -131,8 +132,10 @@ def results_as_json(verification: Verification) -> dict:
         steps = {}
         for step in STEPS:
             result = verification.result(host, step)
-            steps[step] = {"outcome": result.outcome, "reason": result.reason,
-                           "findings": [{"what": f.what, "evidence": f.evidence, "fix": f.fix, "code": f.code}
-                                        for f in result.findings]}
+            steps[step] = {"outcome": result.outcome, "state": result.state, "reason": result.reason,
+                           "proof": result.proof,
+                           "findings": [{"severity": str(f.severity), "what": f.what, "evidence": f.evidence,
+                                         "fix": f.fix, "code": f.code}
+                                        for f in result.findings if f.severity is not Severity.OK]}
         hosts[host] = steps
     return {"steps": list(STEPS), "hosts": hosts}
