@@ -58,6 +58,183 @@ def test_doctor_on_a_healthy_fleet_reports_nothing(fleet: dict) -> None:
     assert report["nodes"]["node01"].startswith("ok") and "CPU-only" in report["nodes"]["node03"]
 
 
+def test_every_ok_link_carries_the_evidence_that_proves_it(fleet: dict) -> None:
+    links = doctor(fleet)[1]["links"]
+    for node in ("node01", "node02"):
+        states = {link["link"]: link["state"] for link in links[node]}
+        assert states == dict.fromkeys(("driver", "toolkit_repo", "toolkit", "runtime", "labels", "device_plugin"),
+                                       "ok"), links[node]
+        assert all(link["evidence"] for link in links[node]), links[node]
+    evidence = {link["link"]: " | ".join(link["evidence"]) for link in links["node01"]}
+    assert "4 x NVIDIA A100-SXM4-40GB" in evidence["driver"]
+    assert "nvidia BinaryName = '/usr/bin/nvidia-container-runtime' (set in /etc/containerd/config.toml)" in \
+        evidence["runtime"] and "ctr plugins ls: cri ok" in evidence["runtime"]
+    assert "nvidia.com/gpu=4" in evidence["device_plugin"] and "spec.unschedulable not set" in evidence["device_plugin"]
+    cpu = {link["link"]: link for link in links["node03"]}
+    assert cpu["driver"]["state"] == "not checked" and "CPU-only" in cpu["driver"]["what"]
+    assert cpu["no plugin on a CPU node"]["state"] == "ok"
+    assert links["cluster"] == [{"link": "runtimeclass", "state": "ok", "what": 'the RuntimeClass "nvidia" exists',
+                                 "evidence": ["kubectl get runtimeclass nvidia: handler nvidia"]}]
+    text = gpunode("doctor", INVENTORY, env=fleet["env"]).stdout
+    assert "  runtime                  ok           containerd runs with the nvidia runtime" in text, text
+
+
+def workload(name: str, command: str, gpus: int = 0, node: str | None = None) -> Pod:
+    container = {"name": "c", "image": "docker.io/library/gpunode-workload:1", "imagePullPolicy": "Never",
+                 "command": ["sh", "-c", command]}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    spec = {"restartPolicy": "Never", "containers": [container], "runtimeClassName": "nvidia"}
+    if node:
+        spec["nodeName"] = node
+    return Pod.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                          "spec": spec})
+
+
+def test_doctor_calls_a_pod_ok_only_on_proof(fleet: dict) -> None:
+    """Each of the first three was "ok: scheduled, started, and its container saw its GPUs" before."""
+    client = api(fleet)
+    pods = {"exit-three": workload("exit-three", "echo 'no input file'; exit 3"),
+            # bound to node01 directly, more GPUs than it has: the real kubelet refuses it at admission
+            "refused": workload("refused", "nvidia-smi -L", gpus=8, node="node01"),
+            "quiet": workload("quiet", "true", gpus=1),
+            "listed": workload("listed", "nvidia-smi -L", gpus=2)}
+    for pod in pods.values():
+        client.create(pod)
+    try:
+        wait_for(lambda: all(client.get(Pod, name, namespace="default").status.phase in ("Succeeded", "Failed")
+                             for name in pods), 60)
+        code, report = doctor(fleet, "--pod", "default/exit-three")
+        found = problem(report, "pod default/exit-three")
+        assert (code, found["code"]) == (1, "pod-failed") and "exited 3" in found["what"]
+        assert "container c: terminated (Error), exit code 3, ready=false, restarts=0" in found["evidence"]
+        assert "container output: no input file" in found["evidence"]
+        code, report = doctor(fleet, "--pod", "default/refused")
+        found = problem(report, "pod default/refused")
+        assert (code, found["code"]) == (1, "admission-refused"), found
+        assert "reason UnexpectedAdmissionError: Pod was rejected: Allocate failed due to requested number of " \
+               "devices unavailable for nvidia.com/gpu. Requested: 8, Available: 4" in found["evidence"][0], found
+        code, report = doctor(fleet, "--pod", "default/quiet")
+        states = [(link["link"], link["state"]) for link in report["links"]["pod default/quiet"]]
+        assert (code, states) == (0, [("pod", "ok"), ("pod GPUs", "not checked")]), report
+        code, report = doctor(fleet, "--pod", "default/listed")
+        links = report["links"]["pod default/listed"]
+        assert (code, [link["state"] for link in links]) == (0, ["ok", "ok"]), report
+        assert sum(line.startswith("container output: GPU ") for line in links[1]["evidence"]) == 2
+    finally:
+        for name in pods:
+            client.delete(Pod, name, namespace="default", grace_period=0)
+
+
+def test_a_disabled_cri_plugin_is_named_and_not_restarted_over_and_over(fleet: dict, tmp_path: Path) -> None:
+    """Before: doctor said "no nvidia runtime" and every deploy re-ran nvidia-ctk, restarted containerd and
+    reported success."""
+    ssh(fleet, "node01", "cp /etc/containerd/config.toml /root/config.cri.toml && sed -i "
+        "'s/^disabled_plugins = \\[\\]/disabled_plugins = [\"io.containerd.grpc.v1.cri\"]/' "
+        "/etc/containerd/config.toml && grep -q 'grpc.v1.cri\"]' /etc/containerd/config.toml && "
+        "systemctl restart containerd")
+    try:
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("runtime", "cri-disabled"), found
+        assert "/etc/containerd/config.toml: disabled_plugins lists 'io.containerd.grpc.v1.cri'" in found["evidence"]
+        started = ssh(fleet, "node01", "systemctl show -p ActiveEnterTimestampMonotonic containerd")
+        for _ in range(2):
+            result, report = deploy(fleet, tmp_path, "runtime", "--limit", "node01")
+            assert result.returncode == 1 and "CRI plugin is disabled" in result.stdout + result.stderr
+            assert report["node01"]["changed"] == [], report
+        assert ssh(fleet, "node01", "systemctl show -p ActiveEnterTimestampMonotonic containerd") == started
+    finally:
+        ssh(fleet, "node01", "cp /root/config.cri.toml /etc/containerd/config.toml && systemctl restart containerd")
+    assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
+def test_a_stopped_containerd_is_said_at_once(fleet: dict) -> None:
+    ssh(fleet, "node01", "systemctl stop containerd")
+    try:
+        began = time.monotonic()
+        found = problem(doctor(fleet, "--node", "node01")[1], "node01")
+        took = time.monotonic() - began
+        assert found["code"] == "runtime-down" and "systemctl is-active containerd: inactive" in found["evidence"]
+        assert took < 8, f"doctor took {took:.1f} s: a probe waited on the stopped containerd (ctr waits 10 s)"
+    finally:
+        ssh(fleet, "node01", "systemctl start containerd")
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_selector_key_added_by_another_manager_is_drift_the_deploy_repairs(fleet: dict, tmp_path: Path) -> None:
+    """Before: the live DaemonSet held every rendered value, so deploy --dry planned nothing and could not repair."""
+    client = api(fleet)
+    client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"nodeSelector": {
+        "pool": "batch"}}}}}, namespace=NAMESPACE, field_manager="kubectl-patch")
+    try:
+        wait_for(lambda: client.get(Node, "node02").status.allocatable.get("nvidia.com/gpu") == "0", 60)
+        found = problem(doctor(fleet)[1], "node02")
+        assert found["code"] == "plugin-not-scheduled"
+        assert "daemonset gpunode-system/gpunode-device-plugin nodeSelector: nvidia.com/gpu.present=true,pool=batch" \
+            in found["evidence"] and "node node02 label pool=<missing>" in found["evidence"], found
+        planned = deploy(fleet, tmp_path, "device_plugin", "--dry")[1]
+        assert "Device plugin | Apply the device plugin's objects" in " ".join(
+            c for host in planned.values() for c in host["changed"]), planned
+        result, _ = deploy(fleet, tmp_path, "device_plugin")
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert "removed from daemonset gpunode-device-plugin what another manager added: nodeSelector: pool" in \
+            result.stdout
+        selector = client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE).spec.template.spec.nodeSelector
+        assert selector == {"nvidia.com/gpu.present": "true"}
+    finally:
+        client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"nodeSelector": {
+            "pool": None}}}}}, namespace=NAMESPACE, field_manager="kubectl-patch")
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_rollout_that_places_no_pod_on_the_gpu_nodes_is_not_done(fleet: dict, tmp_path: Path) -> None:
+    """Before: desired == updated == ready == 0 passed as rolled out."""
+    client = api(fleet)
+    for node in ("node01", "node02"):
+        client.patch(Node, node, {"spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}},
+                     field_manager="kubectl")
+    try:
+        client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)
+        wait_for(lambda: not list(client.list(Pod, namespace=NAMESPACE)), 60)
+        result, report = deploy(fleet, tmp_path, "device_plugin")
+        output = result.stdout + result.stderr
+        assert result.returncode == 1 and "the device-plugin DaemonSet selects no node (0/0 ready, 0/0 updated) " \
+            "while 2 GPU node(s) exist" in output, output[-3000:]
+        assert "node01: nvidia.com/gpu.present=true; taints dedicated=ml:NoSchedule" in output
+        assert "tolerations: nvidia.com/gpu:NoSchedule" in output
+        found = problem(doctor(fleet)[1], "node01")
+        assert found["code"] == "plugin-not-scheduled" and "kubectl taint node node01 dedicated-" in found["fix"]
+    finally:
+        for node in ("node01", "node02"):
+            client.patch(Node, node, {"spec": {"taints": None}}, field_manager="kubectl")
+    assert deploy(fleet, tmp_path)[0].returncode == 0
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_cordoned_gpu_node_and_the_pods_it_keeps_pending(fleet: dict) -> None:
+    """Before: a node gpunode cordoned (with its reason) was reported "ok"."""
+    client = api(fleet)
+    reason = "driver 550.54.15 -> 550.90.07: reboot did not bring the new module up"
+    client.patch(Node, "node02", {"spec": {"unschedulable": True},
+                                  "metadata": {"annotations": {"gpunode.io/cordon-reason": reason}}},
+                 field_manager="gpunode")
+    try:
+        code, report = doctor(fleet)
+        found = problem(report, "node02")
+        assert (code, found["link"], found["code"]) == (1, "device_plugin", "node-cordoned"), found
+        assert f"annotation gpunode.io/cordon-reason: {reason}" in found["evidence"]
+        run_pod(fleet, "on-v100", "--node-selector", "accelerator=nvidia-v100", "--timeout", "3")
+        found = problem(doctor(fleet, "--pod", "default/on-v100")[1], "pod default/on-v100")
+        assert found["code"] == "nodes-cordoned" and f"node02: spec.unschedulable = true, cordon reason: {reason}" \
+            in found["evidence"], found
+    finally:
+        client.patch(Node, "node02", {"spec": {"unschedulable": None},
+                                      "metadata": {"annotations": {"gpunode.io/cordon-reason": None}}},
+                     field_manager="gpunode")
+        client.delete(Pod, "on-v100", namespace="default", grace_period=0)
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
 def test_a_gpu_pod_sees_exactly_the_gpu_it_was_allocated(fleet: dict) -> None:
     output = run_pod(fleet, "one-gpu", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
     assert "pod default/one-gpu on node01: Succeeded" in output, output

@@ -43,13 +43,37 @@ def selector_evidence(rollout: RolloutState, node: NodeLabelsState, namespace: s
                 + (" (plus a node affinity)" if rollout.affinity else "")]
     evidence += [f"node {node.name} label {key}={node.labels.get(key, '<missing>')}"
                  for key in sorted(rollout.node_selector)]
+    if node.taints:
+        evidence += [f"node {node.name} taints: {', '.join(node.taints)}",
+                     f"daemonset {namespace}/{DAEMONSET} tolerations: {', '.join(rollout.tolerations) or '<none>'}"]
     return evidence
+
+
+def untolerated(rollout: RolloutState, node: NodeLabelsState) -> list[str]:
+    """The node's NoSchedule/NoExecute taints the DaemonSet does not tolerate (each keeps its pod away)."""
+    if "*" in rollout.tolerations:
+        return []
+    left = []
+    for taint in node.taints:
+        key_value, _, effect = taint.rpartition(":")
+        key = key_value.split("=", 1)[0]
+        if effect == "PreferNoSchedule":
+            continue
+        if not any(t in (taint, f"{key}:{effect}", f"{key}:*", f"{key_value}:*") for t in rollout.tolerations):
+            left.append(taint)
+    return left
 
 
 def not_scheduled(what: str, evidence: list[str], rollout: RolloutState, node: NodeLabelsState,
                   namespace: str) -> Finding:
     unmet = {k: v for k, v in rollout.node_selector.items() if node.labels.get(k) != v}
-    if PRESENT in unmet and node.labels.get(PRESENT) != "true" and unmet[PRESENT] == "true":
+    blocking = untolerated(rollout, node)
+    if blocking and not unmet:
+        key = blocking[0].split(":")[0].split("=")[0]
+        fix = (f"{node.name} is tainted {', '.join(blocking)}, which the DaemonSet does not tolerate: remove the taint "
+               f"(kubectl taint node {node.name} {key}-) or add a toleration for it to the plugin's DaemonSet (your "
+               "copy of device-plugin.yaml.j2 in templates_dir)")
+    elif PRESENT in unmet and node.labels.get(PRESENT) != "true" and unmet[PRESENT] == "true":
         fix = "run deploys/labels.py (it sets nvidia.com/gpu.present=true on GPU nodes)"
     elif unmet:
         fix = (f"the DaemonSet's nodeSelector asks for {', '.join(f'{k}={v}' for k, v in sorted(unmet.items()))}, "

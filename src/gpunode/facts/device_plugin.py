@@ -31,6 +31,7 @@ class RolloutState:
     ready: int = 0
     node_selector: dict[str, str] = field(default_factory=dict)  # the pod template's nodeSelector, as live
     affinity: bool = False  # the pod template has a node affinity (it narrows the nodes too)
+    tolerations: tuple[str, ...] = ()  # "key=value:Effect" / "key:Effect" (Exists), "*" for tolerate-everything
 
     @property
     def complete(self) -> bool:
@@ -74,7 +75,16 @@ def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
                         status.desiredNumberScheduled if status else 0,
                         (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0,
                         dict(template.nodeSelector or {}) if template else {},
-                        bool(template and template.affinity and template.affinity.nodeAffinity))
+                        bool(template and template.affinity and template.affinity.nodeAffinity),
+                        tuple(toleration_text(t) for t in (template.tolerations or [] if template else [])))
+
+
+def toleration_text(toleration: object) -> str:
+    key, value = getattr(toleration, "key", None), getattr(toleration, "value", None)
+    effect = getattr(toleration, "effect", None) or "*"
+    if not key:
+        return "*"
+    return f"{key}{'=' + value if value else ''}:{effect}"
 
 
 def last_words(lines: list[str]) -> tuple[str, ...]:

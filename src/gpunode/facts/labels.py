@@ -30,6 +30,7 @@ class NodeLabelsState:
     allocatable: dict[str, str] = field(default_factory=dict)
     unschedulable: bool = False  # cordoned (spec.unschedulable)
     cordon_reason: str = ""  # gpunode's annotation saying why it cordoned the node, when it did
+    taints: tuple[str, ...] = ()  # "key=value:Effect", as kubectl describe node prints them
 
 
 def label_keys(fields_v1: dict | None) -> set[str]:
@@ -52,7 +53,9 @@ def parse_node(name: str, node: Node | None) -> NodeLabelsState:
     allocatable = dict(node.status.allocatable or {}) if node.status else {}
     return NodeLabelsState(name, True, dict(node.metadata.labels or {}), frozenset(ours), others, allocatable,
                            bool(node.spec and node.spec.unschedulable),
-                           (node.metadata.annotations or {}).get(CORDON_REASON, ""))
+                           (node.metadata.annotations or {}).get(CORDON_REASON, ""),
+                           tuple(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
+                                 for t in (node.spec.taints or [] if node.spec else [])))
 
 
 def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:

@@ -26,6 +26,7 @@ from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.cluster.labels import driver_version_of
+from gpunode.diagnosis import failures
 from gpunode.diagnosis.device_plugin import PRESENT, allocatable_gpus, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import DAEMONSET, RolloutState, read_plugin_pod, read_rollout
@@ -37,6 +38,7 @@ from gpunode.operations.reboot import fresh_driver_state
 
 HASH_ANNOTATION = "gpunode.io/applied-hash"
 POLL_SECONDS = 1.0
+SETTLE_SECONDS = 5.0
 # Runs whose objects are being (re)applied: every host's allocatable check then waits for the new pods.
 _rolling: WeakKeyDictionary[State, bool] = WeakKeyDictionary()
 # Hosts whose plugin pod this run restarts (a new driver): their allocatable check waits for the new pod.
@@ -189,13 +191,15 @@ def selects_none(settings: ClusterSettings, namespace: str, rollout: RolloutStat
         return
     keys = sorted(set(rollout.node_selector) | {PRESENT})
     labels = [f"{node.name}: " + ", ".join(f"{k}={node.labels.get(k, '<missing>')}" for k in keys)
-              for node in gpu_nodes[:10]]
+              + (f"; taints {', '.join(node.taints)}" if node.taints else "") for node in gpu_nodes[:10]]
+    labels.append(f"daemonset {namespace}/{DAEMONSET} tolerations: {', '.join(rollout.tolerations) or '<none>'}")
     raise GpunodeError(f"the device-plugin DaemonSet selects no node ({rollout.progress()}) while {len(gpu_nodes)} "
                        f"GPU node(s) exist\n  evidence: daemonset {namespace}/{DAEMONSET} nodeSelector: "
                        f"{rollout.selector()}" + (" (plus a node affinity)" if rollout.affinity else "")
                        + "\n            " + "\n            ".join(labels),
-                       "the selector must match the GPU nodes' labels: re-run deploys/device_plugin.py (gpunode's "
-                       f"manifest selects {PRESENT}=true) and deploys/labels.py")
+                       "the selector must match the GPU nodes' labels (re-run deploys/labels.py; gpunode's manifest "
+                       f"selects {PRESENT}=true) and the DaemonSet must tolerate their taints (remove the taint, or "
+                       "add a toleration in your copy of device-plugin.yaml.j2 in templates_dir)")
 
 
 @operation()
@@ -225,6 +229,7 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
         expected = len(state["nvidia_smi"]["gpus"]) if state else 0
     deadline = time.monotonic() + settings.allocatable_timeout
     replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
+    settled_since: float | None = None
     while True:
         pod = read_plugin_pod(settings, namespace, node) if replaced else None
         fresh = pod is None or (pod.exists and pod.name != replaced and pod.ready)
@@ -233,13 +238,22 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
             target.log(f"{node}: {expected} allocatable nvidia.com/gpu"
                        + (f" (from the new plugin pod {pod.name})" if pod else ""))
             return
-        if time.monotonic() > deadline:
-            findings = diagnose(read_rollout(settings, namespace), read_plugin_pod(settings, namespace, node),
-                                current, expected, namespace)
+        rollout = read_rollout(settings, namespace)
+        here = read_plugin_pod(settings, namespace, node)
+        # a rollout that stays finished without a pod here will not place one: no use waiting for the deadline
+        # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
+        settled_since = (settled_since or time.monotonic()) if rollout.complete and not here.exists else None
+        settled = settled_since is not None and time.monotonic() - settled_since >= SETTLE_SECONDS
+        late = time.monotonic() > deadline
+        if settled or late:
+            findings = failures(diagnose(rollout, here, current, expected, namespace))
             if findings:
                 finding = findings[0]
-                raise GpunodeError(f"{finding.what} (after {settings.allocatable_timeout} s)\n  evidence: "
+                waited = "the rollout is complete and placed no pod here" if settled and not late else \
+                    f"after {settings.allocatable_timeout} s"
+                raise GpunodeError(f"{finding.what} ({waited})\n  evidence: "
                                    + "\n            ".join(finding.evidence), finding.fix)
+        if late:
             waiting = "" if fresh else (f"; the device-plugin pod that replaces {replaced} is not ready"
                                         + (f" ({pod.name})" if pod and pod.exists else " (none yet)"))
             raise GpunodeError(f"{node} offers {allocatable_gpus(current)} allocatable nvidia.com/gpu, its driver "
