@@ -10,10 +10,13 @@ from __future__ import annotations
 import pytest
 
 from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.manifests import ManifestSettings
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import PluginPodState, RolloutState
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.operations import device_plugin as operation
+
+FOUR_GPUS = [{"index": i, "mig_mode": "Disabled"} for i in range(4)]
 
 
 class FakeHost:
@@ -53,7 +56,8 @@ def test_the_old_pods_numbers_do_not_count(cluster: dict) -> None:
                        PluginPodState("node01", "plugin-new", "Running", False),
                        PluginPodState("node01", "plugin-new", "Running", True)]
     cluster["allocatable"] = [4, 0, 4]  # the old registration, the gap, the new one
-    operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=5), "node01", 4, "gpunode-system")
+    operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=5), "node01", FOUR_GPUS,
+                               ManifestSettings())
     assert cluster["node_reads"] == 3
     assert target.said == ["node01: 4 allocatable nvidia.com/gpu (from the new plugin pod plugin-new)"]
 
@@ -63,5 +67,7 @@ def test_no_match_by_the_deadline_fails_the_host_even_without_a_cause(cluster: d
     monkeypatch.setattr(operation, "diagnose", lambda *args: [])
     cluster["pods"] = [PluginPodState("node01", "plugin-a", "Running", True)]
     cluster["allocatable"] = [3]
-    with pytest.raises(GpunodeError, match="node01 offers 3 allocatable nvidia.com/gpu, its driver sees 4, after 1 s"):
-        operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=1), "node01", 4, "gpunode-system")
+    with pytest.raises(GpunodeError, match=r"node01 offers 3 allocatable nvidia.com/gpu, 4 expected \(driver "
+                                           r"\(nvidia-smi\): 4 GPU\(s\).*\), after 1 s"):
+        operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=1), "node01", FOUR_GPUS,
+                                   ManifestSettings())

@@ -12,6 +12,7 @@ import pytest
 
 from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
 from gpunode.cluster.manifests import ManifestSettings, documents, render
+from gpunode.cluster.plugin_config import expected_offer, parse_plugin_config
 from gpunode.diagnosis import Severity
 from gpunode.diagnosis import device_plugin as plugin_diagnosis
 from gpunode.diagnosis import labels as label_diagnosis
@@ -190,6 +191,7 @@ def test_a_cpu_node_with_gpu_labels_is_named() -> None:
     assert finding.what == "cpu1 carries GPU labels but has no working GPU"
 
 
+FOUR = expected_offer([{"index": i} for i in range(4)], "none", None)
 ROLLED = RolloutState(True, 1, 1, 2, 2, 2, {"nvidia.com/gpu.present": "true"})
 NODE = NodeLabelsState("n1", True, {"nvidia.com/gpu.present": "true"}, allocatable={"nvidia.com/gpu": "0"})
 READY = PluginPodState("n1", "p-1", "Running", True)
@@ -217,7 +219,7 @@ READY = PluginPodState("n1", "p-1", "Running", True)
 ])
 def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutState, pod: PluginPodState,
                                                               node: NodeLabelsState, code: str, fix: str) -> None:
-    findings = plugin_diagnosis.diagnose(rollout, pod, node, 4, "gpunode-system")
+    findings = plugin_diagnosis.diagnose(rollout, pod, node, FOUR, "gpunode-system")
     assert [f.code for f in findings] == [code]
     assert "n1 offers 0 allocatable nvidia.com/gpu, its driver sees 4" in findings[0].what
     assert fix in findings[0].fix
@@ -226,7 +228,7 @@ def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutSta
 
 def test_device_plugin_selector_evidence_is_what_was_read() -> None:
     rollout = RolloutState(True, 1, 1, 0, 0, 0, {"nvidia.com/gpu.present": "true", "pool": "batch"})
-    finding = plugin_diagnosis.diagnose(rollout, PluginPodState("n1"), NODE, 4, "ns")[0]
+    finding = plugin_diagnosis.diagnose(rollout, PluginPodState("n1"), NODE, FOUR, "ns")[0]
     assert "daemonset ns/gpunode-device-plugin nodeSelector: nvidia.com/gpu.present=true,pool=batch" in finding.evidence
     assert "node n1 label pool=<missing>" in finding.evidence
     assert "node n1 label nvidia.com/gpu.present=true" in finding.evidence
@@ -234,10 +236,36 @@ def test_device_plugin_selector_evidence_is_what_was_read() -> None:
 
 def test_device_plugin_proof_when_every_gpu_is_offered() -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"})
-    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, 4, "ns")
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")
     assert [f.severity for f in findings] == [Severity.OK]
     assert "kubectl get node n1 -o jsonpath='{.status.allocatable}': nvidia.com/gpu=4" in findings[0].evidence
     assert "pod ns/p-1: Running, ready=true, restarts=0" in findings[0].evidence
+
+
+def test_time_slicing_is_not_blamed_on_xids() -> None:
+    """Before: 16 allocatable on a 4-GPU node with 4 replicas read as 'some GPUs are marked unhealthy (Xid)'."""
+    config = parse_plugin_config({"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4}]}}})
+    offer = expected_offer([{"index": i} for i in range(4)], "none", config)
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "16"})
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
+    assert [f.severity for f in findings] == [Severity.OK] and "x 4 replicas" in " ".join(findings[0].evidence)
+    assert [f.code for f in plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")] == ["gpus-unhealthy"]
+
+
+def test_a_node_offering_its_gpus_under_another_name_is_named() -> None:
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "0", "nvidia.com/gpu.shared": "16"})
+    finding = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")[0]
+    assert finding.code == "resource-name-differs"
+    assert "kubectl get node n1: allocatable nvidia.com/gpu.shared=16" in finding.evidence
+
+
+def test_mig_makes_the_count_not_checked_instead_of_wrong() -> None:
+    offer = expected_offer([{"index": 0, "mig_mode": "Enabled"}], "mixed", None)
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/mig-1g.5gb": "7"})
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
+    assert [(f.severity, f.code) for f in findings] == [(Severity.SKIP, "count-unknown")]
+    assert "kubectl get node n1: allocatable nvidia.com/mig-1g.5gb=7" in findings[0].evidence
 
 
 @pytest.mark.parametrize(("reason", "fix"), [("driver mismatch: reboot pending", "re-run the deploy"),
@@ -245,7 +273,7 @@ def test_device_plugin_proof_when_every_gpu_is_offered() -> None:
 def test_a_cordoned_gpu_node_is_a_finding_with_its_reason(reason: str, fix: str) -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"}, unschedulable=True,
                            cordon_reason=reason)
-    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, 4, "ns")
+    findings = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")
     assert [f.code for f in findings] == ["node-cordoned"]
     assert fix in findings[0].fix
     assert f"annotation gpunode.io/cordon-reason: {reason or 'absent (not cordoned by gpunode)'}" in \

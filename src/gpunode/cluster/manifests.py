@@ -7,12 +7,13 @@ inventory key ``templates_dir`` names overrides them, file by file.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import jinja2
 import yaml
 
+from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, MOUNT_DIR, PluginConfig, parse_plugin_config
 from gpunode.errors import GpunodeError
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
@@ -30,6 +31,7 @@ class ManifestSettings:
     device_list_strategy: str = "envvar"
     nvidia_runtime_default: bool = False
     templates_dir: str = ""
+    plugin_config: PluginConfig | None = None  # the plugin's own config file (time-slicing, renames), if any
 
     @classmethod
     def from_data(cls, data: dict) -> ManifestSettings:
@@ -47,7 +49,9 @@ class ManifestSettings:
         if settings.device_list_strategy not in LIST_STRATEGIES:
             raise GpunodeError(f"plugin_device_list_strategy {settings.device_list_strategy!r} is not one of "
                                f"{', '.join(LIST_STRATEGIES)}")
-        return settings
+        flags = {"mig_strategy": settings.mig_strategy, "device_list_strategy": settings.device_list_strategy}
+        config = parse_plugin_config(data.get("plugin_config"), flags)
+        return replace(settings, plugin_config=config) if config else settings
 
 
 def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> list[str]:
@@ -74,7 +78,7 @@ def render(settings: ManifestSettings, templates: Path = TEMPLATES) -> str:
                            "reinstall gpunode (its templates ship in the package), or put the file in "
                            "templates_dir") from error
     try:
-        return template.render(**vars(settings))
+        return template.render(**vars(settings), config_map=CONFIG_MAP, config_file=CONFIG_FILE, mount_dir=MOUNT_DIR)
     except jinja2.TemplateError as error:
         raise GpunodeError(f"template {template.filename} cannot be rendered: {error}",
                            "fix the template (Jinja2), or remove templates_dir to use gpunode's own") from error

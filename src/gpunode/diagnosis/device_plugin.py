@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpunode.cluster.plugin_config import Offer
 from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
 from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
@@ -11,11 +12,21 @@ RESOURCE = "nvidia.com/gpu"
 PRESENT = "nvidia.com/gpu.present"
 
 
-def allocatable_gpus(node: NodeLabelsState) -> int:
+def allocatable_of(node: NodeLabelsState, resource: str) -> int:
     try:
-        return int(node.allocatable.get(RESOURCE, "0"))
+        return int(node.allocatable.get(resource, "0"))
     except ValueError:
         return 0
+
+
+def allocatable_gpus(node: NodeLabelsState) -> int:
+    return allocatable_of(node, RESOURCE)
+
+
+def other_nvidia(node: NodeLabelsState, resource: str) -> dict[str, int]:
+    """The node's other nvidia.com/ resources it offers (a renamed or MIG resource), with their counts."""
+    return {name: allocatable_of(node, name) for name in sorted(node.allocatable)
+            if name.startswith("nvidia.com/") and name != resource and allocatable_of(node, name) > 0}
 
 
 def crash_fix(pod: PluginPodState, namespace: str) -> str:
@@ -96,22 +107,29 @@ def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
                     else f"kubectl uncordon {node.name} when its maintenance is over"), code="node-cordoned")
 
 
-def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, expected: int,
+def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, offer: Offer,
              namespace: str) -> list[Finding]:
-    """Why ``node`` does not offer ``expected`` GPUs to new pods, first cause first; else the proof that it does."""
-    have = allocatable_gpus(node)
+    """Why ``node`` does not offer what ``offer`` says to new pods, first cause first; else the proof that it does."""
+    resource = offer.resource
+    have = allocatable_of(node, resource)
     evidence = [f"kubectl get node {node.name} -o jsonpath='{{.status.allocatable}}': "
-                f"{RESOURCE}={node.allocatable.get(RESOURCE, '<none>')}"]
-    if have == expected:
+                f"{resource}={node.allocatable.get(resource, '<none>')}"]
+    pod_line = ([f"pod {namespace}/{pod.name}: {pod.phase}, ready={str(pod.ready).lower()}, restarts={pod.restarts}"]
+                if pod.exists else [])
+    if offer.count is None:
         if node.unschedulable:
             return [cordoned(node, evidence)]
-        proof = evidence + [f"driver (nvidia-smi): {expected} GPU(s)",
-                            f"kubectl get node {node.name}: spec.unschedulable not set"]
-        if pod.exists:
-            proof.append(f"pod {namespace}/{pod.name}: {pod.phase}, ready={str(pod.ready).lower()}, "
-                         f"restarts={pod.restarts}")
-        return [proven(STEP, f"{node.name} offers its {expected} GPU(s) to the scheduler", proof)]
-    what = f"{node.name} offers {have} allocatable {RESOURCE}, its driver sees {expected}"
+        offered = [f"kubectl get node {node.name}: allocatable {name}={count}"
+                   for name, count in other_nvidia(node, "").items()]
+        return [Finding(STEP, Severity.SKIP, f"how many GPU resources {node.name} must offer: {offer.basis}",
+                        offered + pod_line, code="count-unknown")]
+    if have == offer.count:
+        if node.unschedulable:
+            return [cordoned(node, evidence)]
+        proof = evidence + [offer.basis, f"kubectl get node {node.name}: spec.unschedulable not set"] + pod_line
+        return [proven(STEP, f"{node.name} offers its {offer.count} {resource} to the scheduler", proof)]
+    what = f"{node.name} offers {have} allocatable {resource}, " + (
+        f"its driver sees {offer.gpus}" if offer.plain else f"it should offer {offer.count} ({offer.basis})")
     if not rollout.exists:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not deployed", evidence +
                         [f"kubectl -n {namespace} get daemonset {DAEMONSET}: NotFound"], "run deploys/device_plugin.py",
@@ -134,6 +152,15 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     if not pod.ready:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
                         f"kubectl -n {namespace} logs {pod.name}", code="plugin-not-ready")]
+    elsewhere = other_nvidia(node, resource)
+    if elsewhere and have == 0:
+        return [Finding(STEP, Severity.FAIL, f"{what}: the plugin offers the GPUs under another resource name",
+                        evidence + [f"kubectl get node {node.name}: allocatable {name}={count}"
+                                    for name, count in elsewhere.items()] + pod_evidence,
+                        "the running plugin's configuration differs from the inventory's (plugin_config, "
+                        "plugin_mig_strategy): re-run deploys/device_plugin.py, or set plugin_config to what the "
+                        "node should offer; pods must ask for the resource the node offers",
+                        code="resource-name-differs")]
     cause = ("it registered no healthy GPUs (NVML failing, or every GPU marked unhealthy by Xid events)" if have == 0
              else "some GPUs are marked unhealthy (Xid events) or missing from NVML")
     return [Finding(STEP, Severity.FAIL, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,

@@ -26,8 +26,10 @@ from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.cluster.labels import driver_version_of
+from gpunode.cluster.manifests import ManifestSettings
+from gpunode.cluster.plugin_config import Offer, expected_offer
 from gpunode.diagnosis import failures
-from gpunode.diagnosis.device_plugin import PRESENT, allocatable_gpus, diagnose
+from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import DAEMONSET, RolloutState, read_plugin_pod, read_rollout
 from gpunode.facts.labels import read_gpu_nodes, read_node
@@ -222,11 +224,21 @@ def rolled_out(namespace: str, settings: ClusterSettings):
     yield control_command(wait_rollout, settings, namespace)
 
 
-def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expected: int | None,
-                     namespace: str) -> None:
-    if expected is None:  # rebooted in this run: the GPUs the driver sees now
+def offer_for(target: Host, gpus: list[dict] | None, manifests: ManifestSettings) -> Offer:
+    """What the node must offer: from the driver facts of the run, or of after this run's reboot (gpus None)."""
+    if gpus is None:
         state = fresh_driver_state(target)
-        expected = len(state["nvidia_smi"]["gpus"]) if state else 0
+        gpus = state["nvidia_smi"]["gpus"] if state else []
+    return expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
+
+
+def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: list[dict] | None,
+                     manifests: ManifestSettings) -> None:
+    offer = offer_for(target, gpus, manifests)
+    namespace = manifests.namespace
+    if offer.count is None:
+        target.log(f"{node}: allocatable not compared: {offer.basis}")
+        return
     deadline = time.monotonic() + settings.allocatable_timeout
     replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
     settled_since: float | None = None
@@ -234,19 +246,19 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
         pod = read_plugin_pod(settings, namespace, node) if replaced else None
         fresh = pod is None or (pod.exists and pod.name != replaced and pod.ready)
         current = read_node(settings, node)
-        if fresh and allocatable_gpus(current) == expected:
-            target.log(f"{node}: {expected} allocatable nvidia.com/gpu"
+        if fresh and allocatable_of(current, offer.resource) == offer.count:
+            target.log(f"{node}: {offer.count} allocatable {offer.resource}"
                        + (f" (from the new plugin pod {pod.name})" if pod else ""))
             return
         rollout = read_rollout(settings, namespace)
-        here = read_plugin_pod(settings, namespace, node)
+        here = pod if pod is not None else read_plugin_pod(settings, namespace, node)
         # a rollout that stays finished without a pod here will not place one: no use waiting for the deadline
         # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
         settled_since = (settled_since or time.monotonic()) if rollout.complete and not here.exists else None
         settled = settled_since is not None and time.monotonic() - settled_since >= SETTLE_SECONDS
         late = time.monotonic() > deadline
         if settled or late:
-            findings = failures(diagnose(rollout, here, current, expected, namespace))
+            findings = failures(diagnose(rollout, here, current, offer, namespace))
             if findings:
                 finding = findings[0]
                 waited = "the rollout is complete and placed no pod here" if settled and not late else \
@@ -256,8 +268,9 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, expecte
         if late:
             waiting = "" if fresh else (f"; the device-plugin pod that replaces {replaced} is not ready"
                                         + (f" ({pod.name})" if pod and pod.exists else " (none yet)"))
-            raise GpunodeError(f"{node} offers {allocatable_gpus(current)} allocatable nvidia.com/gpu, its driver "
-                               f"sees {expected}, after {settings.allocatable_timeout} s{waiting}; no cause found",
+            raise GpunodeError(f"{node} offers {allocatable_of(current, offer.resource)} allocatable "
+                               f"{offer.resource}, {offer.count} expected ({offer.basis}), after "
+                               f"{settings.allocatable_timeout} s{waiting}; no cause found",
                                f"kubectl -n {namespace} get pods -o wide --field-selector spec.nodeName={node}; "
                                "'gpunode doctor' on the node, or raise allocatable_timeout")
         time.sleep(POLL_SECONDS)
@@ -313,19 +326,21 @@ def restarted_after_driver_change(node_name: str, namespace: str, settings: Clus
 
 
 @operation()
-def allocatable_matches(node_name: str, expected: int | None, namespace: str, settings: ClusterSettings):
+def allocatable_matches(node_name: str, gpus: list[dict] | None, manifests: ManifestSettings,
+                        settings: ClusterSettings):
     """
-    Check that the node offers as many allocatable ``nvidia.com/gpu`` as its driver sees (polls up to
-    ``allocatable_timeout`` when the plugin is being rolled out or the numbers differ).
+    Check that the node offers what its GPUs and the plugin's configuration call for (``nvidia.com/gpu`` per
+    GPU, times the time-slicing replicas, under a renamed resource if so); polls up to ``allocatable_timeout``
+    when the plugin is being rolled out or the numbers differ.
 
     + node_name: the Node's name
-    + expected: GPUs the driver check found (None: no working driver when the run began)
-    + namespace: the plugin's namespace (for the diagnosis)
+    + gpus: the driver facts' GPU rows (None: no working driver when the run began)
+    + manifests: the plugin's settings (namespace, MIG strategy, plugin_config)
     + settings: which cluster
     """
     if reboot_planned(host):
-        expected = None  # the GPUs of after the reboot, counted then
-    elif expected is None:
+        gpus = None  # the GPUs of after the reboot, counted then
+    elif gpus is None:
         host.noop(f"node {node_name}: no GPUs to check")
         return
     try:
@@ -333,8 +348,12 @@ def allocatable_matches(node_name: str, expected: int | None, namespace: str, se
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    if allocatable_gpus(current) == expected and not (relabelled(host) or _rolling.get(state)
-                                                      or _replugged.get(host)):
-        host.noop(f"node {node_name}: {expected} allocatable nvidia.com/gpu")
+    offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config) if gpus is not None else None
+    if offer is not None and offer.count is None:
+        host.noop(f"node {node_name}: allocatable not compared ({offer.basis})")
         return
-    yield control_command(wait_allocatable, settings, node_name, expected, namespace)
+    if offer is not None and allocatable_of(current, offer.resource) == offer.count and not (
+            relabelled(host) or _rolling.get(state) or _replugged.get(host)):
+        host.noop(f"node {node_name}: {offer.count} allocatable {offer.resource}")
+        return
+    yield control_command(wait_allocatable, settings, node_name, gpus, manifests)

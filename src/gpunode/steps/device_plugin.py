@@ -34,5 +34,4 @@ def device_plugin_rollout() -> None:
         name="Restart the device plugin on a changed driver", node_name=name, namespace=manifests.namespace,
         settings=settings, driver_version=gpus[0]["driver_version"] if gpus else None)
     device_plugin.allocatable_matches(name="Check the node's allocatable GPUs", node_name=name,
-                                      expected=len(gpus) if gpus else None, namespace=manifests.namespace,
-                                      settings=settings)
+                                      gpus=gpus or None, manifests=manifests, settings=settings)

@@ -9,6 +9,7 @@ from pyinfra.facts.server import Hostname
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings, gpu_labels
 from gpunode.cluster.manifests import ManifestSettings
+from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import RolloutState, read_plugin_pod, read_rollout
@@ -118,9 +119,11 @@ class ClusterView:
             if not node.exists:
                 results["device_plugin"] = StepResult(host, "device_plugin", "skip", f"no Node named {name}")
                 return results
-            namespace = ManifestSettings.from_data(data).namespace
+            manifests = ManifestSettings.from_data(data)
+            namespace = manifests.namespace
+            offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
             findings = device_plugin.diagnose(self.rollout(settings, namespace),
-                                              read_plugin_pod(settings, namespace, name), node, len(gpus), namespace)
+                                              read_plugin_pod(settings, namespace, name), node, offer, namespace)
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
             for step in CLUSTER_STEPS:

@@ -31,6 +31,10 @@ plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
 label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
 label_model_prefix = "nvidia-"
+# plugin_config = {                            # the plugin's own config file (NVIDIA's v1 format), carried by
+#     "version": "v1",                         # every deploy in a ConfigMap; e.g. time-slicing, 4 pods per GPU:
+#     "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}},
+# }                                            # verify and doctor then expect 4 x GPUs nvidia.com/gpu per node
 # templates_dir = "templates"                  # a folder with your own device-plugin.yaml.j2 (copy gpunode's from
                                                # gpunode/templates in the installed package); yours wins
 
