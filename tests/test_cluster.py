@@ -250,7 +250,7 @@ def test_time_slicing_is_not_blamed_on_xids() -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "16"})
     findings = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
     assert [f.severity for f in findings] == [Severity.OK] and "x 4 replicas" in " ".join(findings[0].evidence)
-    assert [f.code for f in plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")] == ["gpus-unhealthy"]
+    assert [f.code for f in plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")] == ["offers-more"]
 
 
 def test_a_node_offering_its_gpus_under_another_name_is_named() -> None:
@@ -285,3 +285,9 @@ def test_rollout_is_complete_only_when_desired_updated_and_ready_agree() -> None
     assert not RolloutState(True, 2, 1, 2, 2, 2).complete  # the controller has not seen the new generation
     assert not RolloutState(True, 1, 1, 2, 1, 2).complete
     assert not RolloutState(False).complete
+
+
+def test_more_than_expected_is_not_blamed_on_xids() -> None:
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "16"})
+    finding = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")[0]
+    assert finding.code == "offers-more" and "plugin_config" in finding.fix

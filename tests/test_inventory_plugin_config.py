@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
 from gpunode.cluster.manifests import ManifestSettings, documents, render
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, expected_offer, parse_plugin_config
 from gpunode.errors import GpunodeError
+from gpunode.operations.device_plugin import foreign_config, foreign_extras, stamped
 
 SLICED = {"version": "v1", "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
 GPUS = [{"index": i, "mig_mode": "Disabled"} for i in range(4)]
@@ -71,3 +74,45 @@ def test_without_plugin_config_there_is_no_configmap() -> None:
     assert "ConfigMap" not in {d["kind"] for d in docs}
     assert not any(a.startswith("--config-file") for a in next(
         d for d in docs if d["kind"] == "DaemonSet")["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+# -- what the deploy does with a live configuration it did not render -------------------------------------------
+
+def rendered(data: dict | None = None) -> dict[str, dict]:
+    return {d["kind"]: stamped(d) for d in documents(render(ManifestSettings.from_data(data or {})))}
+
+
+def test_a_config_file_flag_someone_added_is_refused_not_dropped() -> None:
+    live = json.loads(json.dumps(rendered()["DaemonSet"]))
+    live["spec"]["template"]["spec"]["containers"][0]["args"].append("--config-file=/etc/dp/config.yaml")
+    assert foreign_config(live, rendered()["DaemonSet"]) == [
+        "daemonset gpunode-device-plugin container device-plugin: --config-file=/etc/dp/config.yaml"]
+
+
+def test_gpunodes_own_config_may_be_dropped_by_the_inventory() -> None:
+    live = rendered({"plugin_config": SLICED})["DaemonSet"]
+    assert foreign_config(live, rendered()["DaemonSet"]) == []
+
+
+def test_a_configmap_edited_since_gpunode_applied_it_is_refused() -> None:
+    ours = rendered({"plugin_config": SLICED})["ConfigMap"]
+    assert foreign_config(ours, ours) == []
+    edited = json.loads(json.dumps(ours))
+    edited["data"]["config.yaml"] = edited["data"]["config.yaml"].replace("replicas: 4", "replicas: 8")
+    wanted = rendered({"plugin_config": {**SLICED, "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": 2}]}}}})["ConfigMap"]
+    found = foreign_config(edited, wanted)
+    assert len(found) == 1 and "was edited since gpunode applied it" in found[0] and "replicas: 8" in found[0]
+    assert foreign_config(ours, wanted) == []  # gpunode's own older config: the inventory's new one replaces it
+
+
+def test_a_selector_key_of_another_manager_is_removed_by_a_merge_patch() -> None:
+    wanted = rendered()["DaemonSet"]
+    live = json.loads(json.dumps(wanted))
+    live["spec"]["template"]["spec"]["nodeSelector"]["pool"] = "batch"
+    live["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {}}
+    live["spec"]["template"]["spec"]["containers"][0]["command"] = ["sleep", "infinity"]
+    assert foreign_extras(live, wanted) == {"spec": {"template": {"spec": {
+        "nodeSelector": {"pool": None}, "affinity": None,
+        "containers": [{"name": "device-plugin", "command": None}]}}}}
+    assert foreign_extras(wanted, wanted) == {}

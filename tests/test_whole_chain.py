@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
 from .conftest import CONTAINERD_DEFAULT, block, gpunode
@@ -430,6 +430,43 @@ def test_a_plugin_without_the_socket_directory_mount_crash_loops(fleet: dict, tm
         assert "socket directory" in " ".join(found["evidence"]) and "hostPath" in found["fix"], found
     finally:
         assert deploy(fleet, tmp_path)[0].returncode == 0
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def sliced(replicas: int) -> str:
+    return json.dumps({"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": replicas}]}}})
+
+
+def test_time_slicing_from_the_inventory_is_carried_and_expected(fleet: dict, tmp_path: Path) -> None:
+    """Before: verify and doctor blamed Xids on a time-sliced node, and the deploy had no way to carry the config."""
+    client = api(fleet)
+    data = ("--data", f"plugin_config={sliced(2)}")
+    try:
+        result, _ = deploy(fleet, tmp_path, "device_plugin", *data)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        gpus = {n: client.get(Node, n).status.allocatable.get("nvidia.com/gpu") for n in ("node01", "node02")}
+        assert gpus == {"node01": "8", "node02": "4"}  # the real kubelet (node01) and the agent (node02)
+        assert verify(fleet, tmp_path, *data)[0].returncode == 0
+        code, report = doctor(fleet, *data)
+        evidence = " | ".join(next(link for link in report["links"]["node01"] if link["link"] == "device_plugin")[
+            "evidence"])
+        assert code == 0 and "4 GPU(s) x 2 replicas (plugin_config sharing.timeSlicing)" in evidence, report
+        found = problem(doctor(fleet)[1], "node01")  # an inventory without the config expects one per GPU
+        assert found["code"] == "offers-more" and "node01 offers 8 allocatable nvidia.com/gpu" in found["what"]
+        # someone edits the config in the cluster: the next deploy refuses to drop it, and says where it is
+        config = client.get(ConfigMap, "gpunode-device-plugin-config", namespace=NAMESPACE)
+        client.patch(ConfigMap, "gpunode-device-plugin-config", {"data": {"config.yaml": config.data[
+            "config.yaml"].replace("replicas: 2", "replicas: 3")}}, namespace=NAMESPACE, field_manager="kubectl-edit")
+        result, report = deploy(fleet, tmp_path, "device_plugin", *data)
+        assert result.returncode == 1 and "configmap gpunode-device-plugin-config data config.yaml was edited " \
+            "since gpunode applied it" in result.stdout + result.stderr, (result.stdout + result.stderr)[-3000:]
+        assert "replicas: 3" in client.get(ConfigMap, "gpunode-device-plugin-config", namespace=NAMESPACE).data[
+            "config.yaml"]
+    finally:
+        client.delete(ConfigMap, "gpunode-device-plugin-config", namespace=NAMESPACE)
+        assert deploy(fleet, tmp_path, "device_plugin")[0].returncode == 0  # the inventory drops its own config
+    assert {client.get(Node, n).status.allocatable.get("nvidia.com/gpu") for n in ("node01", "node02")} == {"4", "2"}
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 

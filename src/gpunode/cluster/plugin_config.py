@@ -23,6 +23,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CONFIG_MAP = "gpunode-device-plugin-config"
 MOUNT_DIR = "/etc/gpunode-device-plugin"
 CONFIG_FILE = f"{MOUNT_DIR}/config.yaml"
+DIGEST_ANNOTATION = "gpunode.io/plugin-config"  # on the ConfigMap and the pod template: the digest gpunode applied
 # the keys NVIDIA's v1 config file has where gpunode's plugin reads them (the plugin refuses others itself)
 KEYS = {"": {"version", "flags", "sharing", "resources", "imex"},
         "sharing": {"timeSlicing", "mps"},
@@ -56,7 +57,19 @@ class PluginConfig:
 
     def digest(self) -> str:
         """Changes whenever the document does: the pod template carries it, so a new config rolls the pods."""
-        return hashlib.sha256(json.dumps(self.document, sort_keys=True).encode()).hexdigest()[:16]
+        return config_digest(self.document)
+
+
+def config_digest(document: object) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def text_digest(text: str) -> str | None:
+    """The digest of a config file's text as a ConfigMap holds it; None when it does not parse."""
+    try:
+        return config_digest(yaml.safe_load(text))
+    except yaml.YAMLError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -152,6 +152,13 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     if not pod.ready:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
                         f"kubectl -n {namespace} logs {pod.name}", code="plugin-not-ready")]
+    if have > (offer.count or 0):
+        return [Finding(STEP, Severity.FAIL, f"{what}: more than the inventory's plugin configuration gives; the "
+                        "running plugin shares the GPUs (time-slicing) or counts them otherwise",
+                        evidence + [offer.basis] + pod_evidence,
+                        "the running plugin's configuration differs from the inventory's: put the sharing it runs "
+                        "with in plugin_config (verify and doctor then expect it), or re-run "
+                        "deploys/device_plugin.py to bring the inventory's", code="offers-more")]
     elsewhere = other_nvidia(node, resource)
     if elsewhere and have == 0:
         return [Finding(STEP, Severity.FAIL, f"{what}: the plugin offers the GPUs under another resource name",

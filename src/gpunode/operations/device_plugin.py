@@ -27,7 +27,7 @@ from pyinfra.api import Host, State, operation
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.cluster.labels import driver_version_of
 from gpunode.cluster.manifests import ManifestSettings
-from gpunode.cluster.plugin_config import Offer, expected_offer
+from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, DIGEST_ANNOTATION, Offer, expected_offer, text_digest
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose
 from gpunode.errors import GpunodeError
@@ -103,6 +103,37 @@ def foreign_extras(live: dict | None, wanted: dict) -> dict:
     return {"spec": {"template": {"spec": patch}}} if patch else {}
 
 
+def foreign_config(live: dict | None, wanted: dict) -> list[str]:
+    """Where the live object carries a plugin configuration the rendered one does not: applying would drop it.
+
+    A config file flag or variable in the DaemonSet, or a ConfigMap whose config another manager edited.
+    """
+    if not live:
+        return []
+    found = []
+    if wanted.get("kind") == "DaemonSet":
+        want = wanted["spec"]["template"]["spec"]["containers"]
+        template = (live.get("spec") or {}).get("template") or {}
+        ours = DIGEST_ANNOTATION in ((template.get("metadata") or {}).get("annotations") or {})
+        for container in (template.get("spec") or {}).get("containers") or []:
+            rendered = next((c for c in want if c["name"] == container.get("name")), {})
+            flags = [a for a in container.get("args") or [] if str(a).startswith("--config-file")
+                     and a not in (rendered.get("args") or []) and not (ours and a == f"--config-file={CONFIG_FILE}")]
+            names = {e.get("name") for e in rendered.get("env") or []}
+            env = [f"{e['name']}={e.get('value', '')}" for e in container.get("env") or []
+                   if e.get("name") == "CONFIG_FILE" and "CONFIG_FILE" not in names]
+            found += [f"daemonset {live['metadata']['name']} container {container.get('name')}: {item}"
+                      for item in flags + env]
+    if wanted.get("kind") == "ConfigMap":
+        live_text = str((live.get("data") or {}).get("config.yaml") or "")
+        applied = ((live.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
+        if text_digest(live_text) != applied and live_text != (wanted.get("data") or {}).get("config.yaml"):
+            found.append(f"configmap {live['metadata']['name']} data config.yaml was edited since gpunode applied "
+                         f"it (digest {text_digest(live_text)}, gpunode applied {applied}): "
+                         + " ".join(live_text.split())[:200])
+    return found
+
+
 def drift_lines(patch: dict) -> list[str]:
     spec = patch["spec"]["template"]["spec"]
     lines = [f"{key}: {', '.join(value) if isinstance(value, dict) else 'set'}" for key, value in spec.items()
@@ -147,10 +178,11 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
     + settings: which cluster
     """
     wanted = [stamped(d) for d in documents]
-    stale, extras = [], {}
+    stale, extras, kept = [], {}, []
     try:
         for document in wanted:
             live = _read_live(settings, document)
+            kept += foreign_config(live, document)
             patch = foreign_extras(live, document)
             if patch:
                 extras[document["metadata"]["name"]] = patch
@@ -158,6 +190,12 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
                 stale.append(document)
     except GpunodeError as error:
         yield failing_command(str(error))
+        return
+    if kept:
+        yield failing_command("the live device plugin carries a configuration the inventory does not; applying "
+                              "would drop it (time-slicing, renames, MIG settings):\n  " + "\n  ".join(kept)
+                              + "\n  fix: put that configuration in plugin_config (gpunode then carries it in the "
+                              f"ConfigMap {CONFIG_MAP}), or remove it from the cluster first if it is not wanted")
         return
     if not stale:
         host.noop(f"{len(wanted)} device-plugin object(s) up to date")

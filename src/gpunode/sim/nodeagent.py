@@ -43,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.codecs import from_dict
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
@@ -53,6 +53,7 @@ from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, kill, lau
 SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 UNMOUNTED_SOCKET_DIR = "/var/lib/gpunode-sim/not-mounted/device-plugins"  # never created
 LOG_DIR = "/var/log/pods"
+VOLUME_DIR = "/var/lib/gpunode-sim/pods"  # configMap volumes written out per pod, as the kubelet does
 CONFIG = "/etc/gpunode-sim/kubelet.json"
 KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 SERVING = ("/etc/kubernetes/pki/kubelet.crt", "/etc/kubernetes/pki/kubelet.key")
@@ -87,6 +88,7 @@ class Container:
     image: str | None = None  # docker's name of the loaded plugin image; None: run the bound code
     runtime: str = ""  # docker --runtime: the pod's RuntimeClass handler ('' for docker's default)
     volumes: list = field(default_factory=list)  # the pod's volumes (hostPath ones are mounted)
+    written: dict[str, str] = field(default_factory=dict)  # configMap volume name -> its files' folder on the node
     process: subprocess.Popen | None = None
     restarts: int = 0
     last_exit: int | None = None
@@ -100,8 +102,12 @@ class Container:
         return f"k8s_{self.spec['name']}_{self.key.replace('/', '_')}_{self.restarts}"
 
     def argv(self, env: dict[str, str]) -> list[str]:
-        if self.image is None:
-            argv = [sys.executable, "-m", "gpunode_plugin", *self.spec.get("args", [])]
+        if self.image is None:  # the bound code sees the node's files: configMap paths point at their copies
+            args = list(self.spec.get("args", []))
+            for mount in self.spec.get("volumeMounts") or []:
+                if mount.get("name") in self.written:
+                    args = [a.replace(mount["mountPath"], self.written[mount["name"]]) for a in args]
+            argv = [sys.executable, "-m", "gpunode_plugin", *args]
             mounted = any(m.get("mountPath") == SOCKET_DIR for m in self.spec.get("volumeMounts") or [])
             if not mounted:  # the container's view without the hostPath: no kubelet socket directory at all
                 argv.append(f"--kubelet-socket={UNMOUNTED_SOCKET_DIR}/kubelet.sock")
@@ -118,6 +124,8 @@ class Container:
         for mount in self.spec.get("volumeMounts") or []:
             if mount.get("name") in host_paths:
                 argv += ["-v", f"{host_paths[mount['name']]}:{mount['mountPath']}"]
+            elif mount.get("name") in self.written:
+                argv += ["-v", f"{self.written[mount['name']]}:{mount['mountPath']}:ro"]
         for key, value in sorted(env.items()):
             argv += ["-e", f"{key}={value}"]
         return [*argv, self.image, *self.spec.get("args", [])]
@@ -403,6 +411,14 @@ class Api:
             if error.status.code != 404:
                 raise
 
+    def config_map_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            return dict(self.client.get(ConfigMap, name, namespace=namespace).data or {})
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+
     def runtime_handler(self, runtime_class: str) -> str | None:
         try:
             return self.client.get(RuntimeClass, runtime_class).handler
@@ -546,6 +562,8 @@ class Agent:
             gone = [self.workloads.pop(k) for k in [k for k in self.workloads if k not in live]]
         for container in to_stop:
             container.stop()
+            for folder in container.written.values():
+                shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
         for workload in gone:
             if workload.outcome is not None and workload.outcome.phase == "Running":
                 threading.Thread(target=kill, args=(workload.name,), daemon=True).start()
@@ -580,13 +598,32 @@ class Agent:
                 runtime_class = pod["spec"].get("runtimeClassName") or ""
                 if image and runtime_class:
                     runtime = self.api.runtime_handler(runtime_class) or runtime_class
-                current = self.containers[key] = Container(key, spec, image, runtime, pod["spec"].get("volumes") or [])
+                volumes = pod["spec"].get("volumes") or []
+                current = self.containers[key] = Container(key, spec, image, runtime, volumes,
+                                                           self.write_config_maps(key, pod, volumes))
         before = current.restarts
         current.tick(self.facts.name)
         if current.restarts > before and current.restarts > 1:
             self.event(pod, "Warning", "BackOff", f"Back-off restarting failed container {spec['name']} in pod "
                        f"{pod['metadata']['name']}_{pod['metadata']['namespace']}({pod['metadata']['uid']})",
                        once=False)
+
+    def write_config_maps(self, key: str, pod: dict, volumes: list) -> dict[str, str]:
+        """Each configMap volume's keys as files in a folder of the pod's, as the kubelet projects them."""
+        written = {}
+        for volume in volumes:
+            source = volume.get("configMap")
+            if not source:
+                continue
+            data = self.api.config_map_data(pod["metadata"]["namespace"], source["name"]) or {}
+            folder = os.path.join(VOLUME_DIR, key.replace("/", "_"), volume["name"])
+            shutil.rmtree(folder, ignore_errors=True)
+            os.makedirs(folder)
+            for name, text in data.items():
+                with open(os.path.join(folder, name), "w") as handle:
+                    handle.write(text)
+            written[volume["name"]] = folder
+        return written
 
     def plugin_image(self) -> str | None:
         """The plugin image's docker name once loaded on a docker node; None where the bound code runs."""
