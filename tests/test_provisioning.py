@@ -109,20 +109,39 @@ def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> 
 READ_ONLY_TREES = "/etc /usr/share/keyrings /var/lib/dpkg /var/cache/apt"
 
 
-def test_verify_and_doctor_change_nothing_on_a_node_or_in_the_cluster(fleet: dict, tmp_path: Path) -> None:
+# a broken fleet for the read-only test: node01's runtime without nvidia (restarted), node02's keyring gone
+BROKEN = {"node01": f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml && systemctl restart containerd",
+          "node02": "rm /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"}
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["healthy", "broken"])
+def test_verify_and_doctor_change_nothing_on_a_node_or_in_the_cluster(fleet: dict, tmp_path: Path,
+                                                                      broken: bool) -> None:
     # apt's binary cache made stale, as any dpkg run leaves it: 'apt-mark showhold' (what the toolkit fact once
     # ran) rebuilds /var/cache/apt/pkgcache.bin then, a write by a read-only command
     ssh(fleet, "node01", "test -f /var/cache/apt/pkgcache.bin && touch -d '1 hour ago' /var/cache/apt/pkgcache.bin "
                          "&& touch /var/lib/dpkg/status")
+    if broken:
+        for node, breakage in BROKEN.items():
+            ssh(fleet, node, breakage)
+    try:
+        read_only_run(fleet, tmp_path, 1 if broken else 0)
+    finally:
+        if broken:
+            assert deploy(fleet, tmp_path)[0].returncode == 0
+
+
+def read_only_run(fleet: dict, tmp_path: Path, code: int) -> None:
+    """verify and doctor, with every file of the nodes' read-only trees and the API's writes compared around."""
     snapshot = (f"find {READ_ONLY_TREES} -xdev -type f -printf '%p %T@ %s\\n' | sort | md5sum; "
                 f"find {READ_ONLY_TREES} -xdev -type f -exec sha256sum {{}} + | sort | sha256sum")
     before = {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")}
     audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
     writes_before = audit.read_text().count('"username":"gpunode-admin"')
     result, _ = verify(fleet, tmp_path)
-    assert result.returncode == 0
+    assert result.returncode == code
     doctor = gpunode("doctor", INVENTORY, env=fleet["env"], check=False)
-    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert doctor.returncode == code, doctor.stdout + doctor.stderr
     assert {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")} == before
     assert audit.read_text().count('"username":"gpunode-admin"') == writes_before  # the audit log keeps writes only
 
