@@ -291,3 +291,10 @@ def test_more_than_expected_is_not_blamed_on_xids() -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "16"})
     finding = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")[0]
     assert finding.code == "offers-more" and "plugin_config" in finding.fix
+
+
+def test_a_count_the_kubelet_kept_after_its_plugin_went_away_is_no_proof() -> None:
+    node = NodeLabelsState("n1", True, {"nvidia.com/gpu.present": "true"}, allocatable={"nvidia.com/gpu": "4"})
+    finding = plugin_diagnosis.diagnose(ROLLED, PluginPodState("n1"), node, FOUR, "ns")[0]
+    assert finding.code == "plugin-not-scheduled"
+    assert finding.what.startswith("n1 still shows 4 allocatable nvidia.com/gpu, which the kubelet keeps a while")

@@ -154,6 +154,28 @@ def test_a_disabled_cri_plugin_is_named_and_not_restarted_over_and_over(fleet: d
     assert deploy(fleet, tmp_path)[0].returncode == 0
 
 
+def test_a_drop_in_that_changes_the_nvidia_runtime_is_named_with_its_file(fleet: dict, tmp_path: Path) -> None:
+    """What the files say, what containerd runs with, and what the inventory wants: the file and key are named,
+    and the deploy fails the host instead of re-running nvidia-ctk over a hand edit it cannot undo."""
+    table = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]'
+    dropin = "/etc/containerd/conf.d/zz-admin.toml"
+    imports = ssh(fleet, "node01", "containerd config dump | grep '^imports'")
+    assert "/etc/containerd/conf.d/" in imports, imports  # node01's toolkit writes the drop-in layout
+    ssh(fleet, "node01", f"printf 'version = 2\\n{table}\\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\\n"
+                         f"  SystemdCgroup = true\\n' > {dropin} && systemctl restart containerd")
+    try:
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("runtime", "nvidia-options-differ"), found
+        assert any(line.startswith("containerd config dump: options.SystemdCgroup: runc ")
+                   and line.endswith(f", nvidia True (set in {dropin})") for line in found["evidence"]), found
+        result, report = deploy(fleet, tmp_path, "runtime", "--limit", "node01")
+        assert result.returncode == 1 and report["node01"]["changed"] == [], report
+        assert "runs containers differently from runc" in result.stdout + result.stderr
+    finally:
+        ssh(fleet, "node01", f"rm -f {dropin} && systemctl restart containerd")
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
 def test_a_stopped_containerd_is_said_at_once(fleet: dict) -> None:
     ssh(fleet, "node01", "systemctl stop containerd")
     try:

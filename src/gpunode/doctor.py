@@ -91,7 +91,8 @@ def first_broken(host: str, verification: Verification) -> Problem | None:
 def host_links(host: str, verification: Verification) -> list[Link]:
     """Each step's verdict for ``host`` as a link: its proof, its first failure, or why it was not checked."""
     if host in verification.errors:
-        return [Link("connection", "finding", verification.errors[host])]
+        return [Link("connection", "finding", verification.errors[host]),
+                *(Link(step, "not checked", "the host could not be read") for step in STEPS)]
     links = []
     for step in STEPS:
         result = verification.result(host, step)

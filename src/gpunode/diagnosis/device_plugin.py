@@ -109,7 +109,8 @@ def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
 
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, offer: Offer,
              namespace: str) -> list[Finding]:
-    """Why ``node`` does not offer what ``offer`` says to new pods, first cause first; else the proof that it does."""
+    """Why ``node`` does not offer what ``offer`` says to new pods, first cause first; else the proof that it does
+    (the count, from a ready plugin pod, on a schedulable node)."""
     resource = offer.resource
     have = allocatable_of(node, resource)
     evidence = [f"kubectl get node {node.name} -o jsonpath='{{.status.allocatable}}': "
@@ -123,13 +124,18 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                    for name, count in other_nvidia(node, "").items()]
         return [Finding(STEP, Severity.SKIP, f"how many GPU resources {node.name} must offer: {offer.basis}",
                         offered + pod_line, code="count-unknown")]
-    if have == offer.count:
+    matches = have == offer.count
+    if matches and pod.exists and pod.ready:
         if node.unschedulable:
             return [cordoned(node, evidence)]
         proof = evidence + [offer.basis, f"kubectl get node {node.name}: spec.unschedulable not set"] + pod_line
         return [proven(STEP, f"{node.name} offers its {offer.count} {resource} to the scheduler", proof)]
-    what = f"{node.name} offers {have} allocatable {resource}, " + (
-        f"its driver sees {offer.gpus}" if offer.plain else f"it should offer {offer.count} ({offer.basis})")
+    if matches:  # the count alone is no proof: the kubelet keeps it for a grace period after its plugin goes away
+        what = (f"{node.name} still shows {have} allocatable {resource}, which the kubelet keeps a while after the "
+                "plugin goes away (GPU pods placed there now fail at Allocate)")
+    else:
+        what = f"{node.name} offers {have} allocatable {resource}, " + (
+            f"its driver sees {offer.gpus}" if offer.plain else f"it should offer {offer.count} ({offer.basis})")
     if not rollout.exists:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not deployed", evidence +
                         [f"kubectl -n {namespace} get daemonset {DAEMONSET}: NotFound"], "run deploys/device_plugin.py",

@@ -281,15 +281,17 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
     replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
     settled_since: float | None = None
     while True:
-        pod = read_plugin_pod(settings, namespace, node) if replaced else None
-        fresh = pod is None or (pod.exists and pod.name != replaced and pod.ready)
+        pod = read_plugin_pod(settings, namespace, node)
+        # the count is believed from a ready plugin pod (the kubelet keeps it a while after a plugin goes away),
+        # and not from the pod this run replaced
+        fresh = pod.exists and pod.ready and pod.name != replaced
         current = read_node(settings, node)
         if fresh and allocatable_of(current, offer.resource) == offer.count:
             target.log(f"{node}: {offer.count} allocatable {offer.resource}"
-                       + (f" (from the new plugin pod {pod.name})" if pod else ""))
+                       + (f" (from the new plugin pod {pod.name})" if replaced else ""))
             return
         rollout = read_rollout(settings, namespace)
-        here = pod if pod is not None else read_plugin_pod(settings, namespace, node)
+        here = pod
         # a rollout that stays finished without a pod here will not place one: no use waiting for the deadline
         # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
         settled_since = (settled_since or time.monotonic()) if rollout.complete and not here.exists else None
@@ -304,8 +306,9 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
                 raise GpunodeError(f"{finding.what} ({waited})\n  evidence: "
                                    + "\n            ".join(finding.evidence), finding.fix)
         if late:
-            waiting = "" if fresh else (f"; the device-plugin pod that replaces {replaced} is not ready"
-                                        + (f" ({pod.name})" if pod and pod.exists else " (none yet)"))
+            waiting = "" if fresh else (
+                f"; the device-plugin pod that replaces {replaced} is not ready" if replaced
+                else "; no ready device-plugin pod there") + (f" ({pod.name})" if pod.exists else " (none yet)")
             raise GpunodeError(f"{node} offers {allocatable_of(current, offer.resource)} allocatable "
                                f"{offer.resource}, {offer.count} expected ({offer.basis}), after "
                                f"{settings.allocatable_timeout} s{waiting}; no cause found",
