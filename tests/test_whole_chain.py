@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import tomlkit
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
@@ -157,22 +158,32 @@ def test_a_disabled_cri_plugin_is_named_and_not_restarted_over_and_over(fleet: d
 def test_a_drop_in_that_changes_the_nvidia_runtime_is_named_with_its_file(fleet: dict, tmp_path: Path) -> None:
     """What the files say, what containerd runs with, and what the inventory wants: the file and key are named,
     and the deploy fails the host instead of re-running nvidia-ctk over a hand edit it cannot undo."""
-    table = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]'
     dropin = "/etc/containerd/conf.d/zz-admin.toml"
-    imports = ssh(fleet, "node01", "containerd config dump | grep '^imports'")
-    assert "/etc/containerd/conf.d/" in imports, imports  # node01's toolkit writes the drop-in layout
-    ssh(fleet, "node01", f"printf 'version = 2\\n{table}\\n  BinaryName = \"/usr/bin/nvidia-container-runtime\"\\n"
-                         f"  SystemdCgroup = true\\n' > {dropin} && systemctl restart containerd")
+    imports = 'imports = ["/etc/containerd/conf.d/*.toml"]'
+    # an admin's drop-in, sorted last: a copy of the effective CRI table (containerd replaces a plugin's whole
+    # table with an imported one) in which nvidia's SystemdCgroup was changed by hand
+    cri = tomlkit.parse(ssh(fleet, "node01", "containerd config dump"))["plugins"]["io.containerd.grpc.v1.cri"]
+    runtimes = cri["containerd"]["runtimes"]
+    runtimes["nvidia"]["options"]["SystemdCgroup"] = not runtimes["runc"]["options"].get("SystemdCgroup", False)
+    document = tomlkit.document()
+    document["version"] = 2
+    document["plugins"] = {"io.containerd.grpc.v1.cri": cri}
+    ssh(fleet, "node01", "cp /etc/containerd/config.toml /root/config.admin.toml && "
+                         f"(grep -q '^imports' /etc/containerd/config.toml && sed -i 's|^imports = .*|{imports}|' "
+                         f"/etc/containerd/config.toml || sed -i '1i {imports}' /etc/containerd/config.toml) && "
+                         f"mkdir -p /etc/containerd/conf.d && cat > {dropin} <<'EOF'\n{tomlkit.dumps(document)}\nEOF\n"
+                         "systemctl restart containerd")
     try:
         found = problem(doctor(fleet)[1], "node01")
         assert (found["link"], found["code"]) == ("runtime", "nvidia-options-differ"), found
         assert any(line.startswith("containerd config dump: options.SystemdCgroup: runc ")
-                   and line.endswith(f", nvidia True (set in {dropin})") for line in found["evidence"]), found
+                   and line.endswith(f"(set in {dropin})") for line in found["evidence"]), found
         result, report = deploy(fleet, tmp_path, "runtime", "--limit", "node01")
         assert result.returncode == 1 and report["node01"]["changed"] == [], report
         assert "runs containers differently from runc" in result.stdout + result.stderr
     finally:
-        ssh(fleet, "node01", f"rm -f {dropin} && systemctl restart containerd")
+        ssh(fleet, "node01", f"rm -f {dropin} && cp /root/config.admin.toml /etc/containerd/config.toml && "
+                             "systemctl restart containerd")
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 

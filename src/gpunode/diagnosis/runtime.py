@@ -93,7 +93,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                       [f"systemctl is-active {runtime}: {status}", *proof])
 
 
-def setting_files(state: dict) -> list[tuple[str, dict]]:
+def config_files(state: dict) -> list[tuple[str, dict]]:
     """containerd's config files that parse, main config first, then the drop-ins in name order."""
     files = ([(CONTAINERD_CONFIG, state["containerd_config"])] if state["containerd_config"] is not None else [])
     files += sorted(state["containerd_dropins"].items())
@@ -103,6 +103,12 @@ def setting_files(state: dict) -> list[tuple[str, dict]]:
         if not error:
             parsed.append((path, document))
     return parsed
+
+
+def setting_files(files: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The files containerd reads: the main config and the drop-ins its ``imports`` reach."""
+    main = dict(files[0][1]) if files and files[0][0] == CONTAINERD_CONFIG else {}
+    return [(path, doc) for path, doc in files if path == CONTAINERD_CONFIG or imported(main, path)]
 
 
 def where_set(files: list[tuple[str, dict]], *keys: str) -> str:
@@ -169,7 +175,8 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> tuple[list[Findi
                                              for line in dump["text"].splitlines()[:2])],
                      "run 'containerd config dump' on the node and look at what it prints (a wrapper script or "
                      "an unusual containerd build)")], []
-    parsed = setting_files(state)
+    every = config_files(state)
+    parsed = setting_files(every)
     disabled = [p for p in effective.get("disabled_plugins") or [] if p in CRI_IDS]
     if disabled:
         source = next((path for path, doc in reversed(parsed)
@@ -203,7 +210,7 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> tuple[list[Findi
                              + ([] if nvidia is None else [f"containerd config dump: nvidia BinaryName = {binary!r}"
                                                            + where_set(parsed, "containerd", "runtimes", "nvidia",
                                                                        "options", "BinaryName")])
-                             + (unread_nvidia(parsed) if nvidia is None else []),
+                             + (unread_nvidia(every) if nvidia is None else []),
                              "re-run deploys/runtime.py (nvidia-ctk runtime configure --runtime=containerd)"))
     else:
         findings += option_drift(runtimes, parsed)
