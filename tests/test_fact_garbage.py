@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpunode.errors import GpunodeError
+from gpunode.facts.node import FACTS
 from gpunode.facts.sections import MARK
 from gpunode.settings import NodeSettings
-from gpunode.verify.checks import DIAGNOSES, FACTS
+from gpunode.verify.checks import DIAGNOSES
 
 FACTS_DIR = Path(__file__).resolve().parents[1] / "src" / "gpunode" / "facts"
 SECTIONS = sorted(set(re.findall(r'section\("([a-z_]+)"\)', "".join(p.read_text() for p in FACTS_DIR.glob("*.py")))))

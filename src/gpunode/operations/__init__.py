@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import inspect
 import shlex
 from collections.abc import Callable
 from functools import wraps
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from pyinfra import logger
-from pyinfra.api import FunctionCommand, Host, State
+from pyinfra.api import FactBase, FunctionCommand, Host, State
 
 from gpunode.errors import GpunodeError
+from gpunode.facts.node import NodeFacts
+
+# per host, every step's facts from the run's one read (read_node_facts); absent where no step asked for it
+_node_facts: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
+
+
+def read_node_facts(target: Host) -> None:
+    """Ask the host every step's facts in one command, once per run (the bootstrap's driver check does).
+
+    pyinfra reads a fact again for each operation that asks; a no-op bootstrap then cost one round trip per
+    step and host. The parts are what each step's own fact would have read at the same moment: pyinfra reads
+    every fact before it executes any operation.
+    """
+    if target not in _node_facts:
+        _node_facts[target] = target.get_fact(NodeFacts)
+
+
+def step_fact(target: Host, step: str, fact: type[FactBase], **kwargs: Any) -> Any:
+    """The step's fact from the run's one read when there was one (and with the fact's default arguments),
+    else read by its own command (a step deployed alone, an operation test)."""
+    facts = _node_facts.get(target)
+    defaults = inspect.signature(fact.command).parameters
+    if facts is not None and step in facts and all(defaults[k].default == v for k, v in kwargs.items()):
+        return facts[step]
+    return target.get_fact(fact, **kwargs)
 
 
 def failing_command(message: str) -> str:

@@ -15,7 +15,7 @@ from pyinfra.api import Host, operation
 from gpunode.diagnosis import Severity, failures
 from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.facts.driver import DriverState
-from gpunode.operations import failing_command
+from gpunode.operations import failing_command, step_fact
 from gpunode.settings import NodeSettings
 
 _gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
@@ -31,7 +31,7 @@ def driver_facts(target: Host) -> dict:
     check changes the driver, and a reboot in the run keeps its own facts: operations.reboot.)
     """
     if target not in _driver_facts:
-        _driver_facts[target] = target.get_fact(DriverState)
+        _driver_facts[target] = step_fact(target, "driver", DriverState)
     return _driver_facts[target]
 
 

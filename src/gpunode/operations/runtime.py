@@ -19,7 +19,7 @@ from gpunode.diagnosis import failures
 from gpunode.diagnosis.runtime import chosen_runtime, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.runtime import CONTAINERD_CONFIG, CONTAINERD_DROPIN_DIR, DOCKER_CONFIG, RuntimeConfig
-from gpunode.operations import control_command, failing_command
+from gpunode.operations import control_command, failing_command, step_fact
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import NodeSettings
 
@@ -130,7 +130,7 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     if not gpu_present(host):
         host.noop(NO_GPU)
         return
-    state = host.get_fact(RuntimeConfig)
+    state = step_fact(host, "runtime", RuntimeConfig)
     findings = failures(diagnose(state, settings))
     runtime = chosen_runtime(state, settings)
     codes = {f.code for f in findings}
@@ -223,7 +223,7 @@ def restarted(settings: NodeSettings, stamp: str):
     + settings: the host's gpunode settings (container_runtime, runtime_restart_timeout)
     + stamp: this run's backup folder
     """
-    runtime = chosen_runtime(host.get_fact(RuntimeConfig), settings)
+    runtime = chosen_runtime(step_fact(host, "runtime", RuntimeConfig), settings)
     if runtime not in READY_CHECK:
         yield failing_command(f"no supported container runtime to restart (found {runtime!r})")
         return

@@ -8,6 +8,7 @@ from pyinfra import host
 from pyinfra.api import operation
 
 from gpunode.facts.toolkit import ToolkitPackages
+from gpunode.operations import step_fact
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import TOOLKIT_PACKAGES, NodeSettings
 
@@ -44,7 +45,7 @@ def pinned(settings: NodeSettings):
     if not gpu_present(host):
         host.noop(NO_GPU)
         return
-    state = host.get_fact(ToolkitPackages)
+    state = step_fact(host, "toolkit", ToolkitPackages)
     version = settings.toolkit_version
     wrong = [name for name, installed in state["versions"].items() if installed != version]
     packages = " ".join(TOOLKIT_PACKAGES)

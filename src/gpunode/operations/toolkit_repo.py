@@ -9,6 +9,7 @@ from pyinfra.api import operation
 
 from gpunode.diagnosis.toolkit_repo import list_line
 from gpunode.facts.toolkit_repo import ToolkitRepoState
+from gpunode.operations import step_fact
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import KEYRING_PATH, LIST_PATH, NodeSettings
 
@@ -47,7 +48,7 @@ def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: s
     if not gpu_present(host):
         host.noop(NO_GPU)
         return
-    state = host.get_fact(ToolkitRepoState, keyring=keyring, list_path=list_path)
+    state = step_fact(host, "toolkit_repo", ToolkitRepoState, keyring=keyring, list_path=list_path)
     changed = False
     if state["keyring_fingerprints"] != [settings.toolkit_key_fingerprint]:
         yield fetch_key_command(settings.toolkit_key_url, settings.toolkit_key_fingerprint, keyring)

@@ -17,7 +17,7 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.server import Hostname
 
 from gpunode.cluster.client import ClusterSettings
-from gpunode.operations import driver, reboot
+from gpunode.operations import driver, read_node_facts, reboot, step_fact
 from gpunode.settings import NodeSettings
 
 _hostnames: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
@@ -29,7 +29,7 @@ def node_name(settings: ClusterSettings) -> str:
         return settings.k8s_node_name
     target = ctx_host.get()
     if target not in _hostnames:
-        _hostnames[target] = host.get_fact(Hostname)
+        _hostnames[target] = step_fact(target, "hostname", Hostname)
     return _hostnames[target]
 
 
@@ -37,6 +37,7 @@ def node_name(settings: ClusterSettings) -> str:
 def driver_check() -> None:
     """Stop hosts whose NVIDIA driver is broken, with what, evidence and fix; note CPU-only hosts."""
     settings = NodeSettings.from_data(host.data)
+    read_node_facts(host)  # every step's facts in one round trip; the steps after this one read their part
     driver.checked(name="Check the NVIDIA driver", settings=settings)
     if not settings.reboot_on_mismatch:
         return

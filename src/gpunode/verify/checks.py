@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyinfra.facts.server import Hostname
-
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings, gpu_labels
 from gpunode.cluster.manifests import ManifestSettings
@@ -13,41 +11,14 @@ from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import RolloutState, read_plugin_pod, read_rollout
-from gpunode.facts.driver import DriverState
 from gpunode.facts.labels import read_node
-from gpunode.facts.runtime import RuntimeConfig
-from gpunode.facts.toolkit import ToolkitPackages
-from gpunode.facts.toolkit_repo import ToolkitRepoState
 from gpunode.settings import NodeSettings
 
 NODE_STEPS = ("driver", "toolkit_repo", "toolkit", "runtime")
 CLUSTER_STEPS = ("labels", "device_plugin")
 STEPS = NODE_STEPS + CLUSTER_STEPS
-FACTS = {"driver": DriverState, "toolkit_repo": ToolkitRepoState, "toolkit": ToolkitPackages,
-         "runtime": RuntimeConfig, "hostname": Hostname}
 DIAGNOSES = {"driver": driver.diagnose, "toolkit_repo": toolkit_repo.diagnose, "toolkit": toolkit.diagnose,
              "runtime": runtime.diagnose}
-FACT_MARK = "##gpunode-fact:"
-
-
-def facts_command(steps: tuple[str, ...] = (*NODE_STEPS, "hostname")) -> str:
-    """One shell command printing every step's fact output, each behind its own marker."""
-    parts = []
-    for step in steps:
-        parts.append(f"echo '{FACT_MARK}{step}'")
-        parts.append(f"( {FACTS[step]().command()} ) 2>/dev/null")
-    return "; ".join(parts)
-
-
-def split_facts(stdout: str) -> dict[str, dict]:
-    chunks: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in stdout.splitlines():
-        if line.startswith(FACT_MARK):
-            current = chunks.setdefault(line[len(FACT_MARK):], [])
-        elif current is not None:
-            current.append(line)
-    return {step: FACTS[step]().process(lines) for step, lines in chunks.items()}
 
 
 @dataclass

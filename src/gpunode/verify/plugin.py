@@ -18,7 +18,8 @@ import pytest
 
 from gpunode.diagnosis import Severity
 from gpunode.errors import GpunodeError
-from gpunode.verify.checks import STEPS, ClusterView, StepResult, facts_command, judge, split_facts
+from gpunode.facts.node import facts_command, split_facts
+from gpunode.verify.checks import STEPS, ClusterView, StepResult, judge
 from gpunode.verify.targets import Connections, Target, load_inventory, parse_data
 
 MAX_PARALLEL = 32
