@@ -7,7 +7,9 @@ run in file order and leave every node bootstrapped at the default pin.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +69,16 @@ def test_second_run_changes_nothing_and_restarts_nothing(fleet: dict, tmp_path: 
     assert all(not r["changed"] and not r["failed"] for r in report.values()), report
     assert {n: ssh(fleet, n, f"pidof {d}").strip() for n, d in (("node01", "containerd"),
                                                                ("node02", "dockerd"))} == pids
+
+
+def test_a_no_op_asks_each_host_one_question(fleet: dict) -> None:
+    """Every step's facts come in one round trip per host (they took five on a GPU host, two on a CPU host)."""
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "-vv", INVENTORY, "deploys/bootstrap.py"],
+                            cwd=REPO, env=fleet["env"], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    asked = re.findall(r"^\[(node\d+)\] >>> ", result.stdout + result.stderr, re.M)
+    assert {node: asked.count(node) for node in ("node01", "node02", "node03")} == {
+        "node01": 1, "node02": 1, "node03": 1}, asked
 
 
 def test_dry_run_reports_no_drift(fleet: dict, tmp_path: Path) -> None:

@@ -68,3 +68,9 @@ def read_gpu_nodes(settings: ClusterSettings, label: str = "nvidia.com/gpu.prese
     nodes = api_call(settings, f"list nodes with {label}=true",
                      lambda client: list(client.list(Node, labels={label: "true"})))
     return [parse_node(node.metadata.name, node) for node in nodes]
+
+
+def read_nodes(settings: ClusterSettings) -> dict[str, NodeLabelsState]:
+    """Every Node of the cluster by name, in one list call (a run's cluster steps read them from it)."""
+    nodes = api_call(settings, "list nodes", lambda client: list(client.list(Node)))
+    return {node.metadata.name: parse_node(node.metadata.name, node) for node in nodes}

@@ -35,7 +35,7 @@ from gpunode.facts.device_plugin import DAEMONSET, RolloutState, read_plugin_pod
 from gpunode.facts.labels import read_gpu_nodes, read_node
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
-from gpunode.operations.labels import labelled_driver, relabelled
+from gpunode.operations.labels import labelled_driver, node_of_run, relabelled
 from gpunode.operations.reboot import fresh_driver_state
 
 HASH_ANNOTATION = "gpunode.io/applied-hash"
@@ -355,7 +355,7 @@ def restarted_after_driver_change(node_name: str, namespace: str, settings: Clus
     previous = labelled_driver(host)
     if previous is None:  # the labels step did not run before this one: the node's labels are still the old ones
         try:
-            previous = driver_version_of(read_node(settings, node_name).labels)
+            previous = driver_version_of(node_of_run(settings, node_name).labels)
         except GpunodeError as error:
             yield failing_command(str(error))
             return
@@ -385,7 +385,7 @@ def allocatable_matches(node_name: str, gpus: list[dict] | None, manifests: Mani
         host.noop(f"node {node_name}: no GPUs to check")
         return
     try:
-        current = read_node(settings, node_name)
+        current = node_of_run(settings, node_name)
     except GpunodeError as error:
         yield failing_command(str(error))
         return

@@ -12,21 +12,37 @@ from weakref import WeakKeyDictionary
 
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
-from pyinfra import host, logger
-from pyinfra.api import Host, operation
+from pyinfra import host, logger, state
+from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.cluster.labels import LabelSettings, driver_version_of, gpu_labels
 from gpunode.diagnosis import Severity
 from gpunode.diagnosis.labels import diagnose, plan, up_to_date
 from gpunode.errors import GpunodeError
-from gpunode.facts.labels import read_node
+from gpunode.facts.labels import NodeLabelsState, read_node, read_nodes
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.reboot import fresh_driver_state
 
 _relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 _labelled_driver: WeakKeyDictionary[Host, str | None] = WeakKeyDictionary()
+
+
+# the cluster's Nodes as this run first listed them, per cluster: one list call per run, not a read per host
+_nodes: WeakKeyDictionary[State, dict[tuple[str, str], dict[str, NodeLabelsState]]] = WeakKeyDictionary()
+
+
+def node_of_run(settings: ClusterSettings, name: str) -> NodeLabelsState:
+    """The Node ``name`` from the run's one list of the cluster's Nodes (``exists=False`` when it is not there).
+
+    Operations decide from it whether there is anything to do; what they then wait for is read fresh.
+    """
+    per_cluster = _nodes.setdefault(state, {})
+    key = (str(settings.kubeconfig_path), settings.kube_context)
+    if key not in per_cluster:
+        per_cluster[key] = read_nodes(settings)
+    return per_cluster[key].get(name) or NodeLabelsState(name, exists=False)
 
 
 def labelled_driver(target: Host) -> str | None:
@@ -76,12 +92,12 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
         yield control_command(apply_fresh_labels, settings, node_name, label_settings or LabelSettings())
         return
     try:
-        state = read_node(settings, node_name)
+        node = node_of_run(settings, node_name)
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    _labelled_driver[host] = driver_version_of(state.labels)
-    findings = diagnose(state, labels)
+    _labelled_driver[host] = driver_version_of(node.labels)
+    findings = diagnose(node, labels)
     missing = [f for f in findings if f.code == "node-missing"]
     if missing:
         yield failing_command(str(missing[0]))
@@ -89,8 +105,8 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
     for finding in findings:
         if finding.severity is Severity.WARN:
             host.log_styled(f"warning: {finding.what}", fg="yellow", log_func=logger.warning)
-    wanted, _ = plan(state, labels)
-    if up_to_date(state, wanted):
+    wanted, _ = plan(node, labels)
+    if up_to_date(node, wanted):
         host.noop(f"node {node_name}: {len(wanted)} gpunode label(s) up to date")
         return
     _relabelled[host] = True
