@@ -24,10 +24,10 @@ from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.diagnosis import Finding, Severity, pods
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import DAEMONSET, read_plugin_pod
+from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.settings import NodeSettings
-from gpunode.verify.checks import STEPS
+from gpunode.verify.checks import STEPS, ClusterView
 from gpunode.verify.plugin import Verification
 from gpunode.verify.targets import load_inventory
 
@@ -107,10 +107,11 @@ def host_links(host: str, verification: Verification) -> list[Link]:
     return links
 
 
-def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name: str) -> Problem | Link:
+def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name: str,
+                    cluster: ClusterView) -> Problem | Link:
     """A device-plugin pod on a CPU node: the DaemonSet lost its GPU nodeSelector (runbook failure 4)."""
     namespace = ManifestSettings.from_data(data).namespace
-    pod = read_plugin_pod(settings, namespace, node_name)
+    pod = cluster.plugin_pod(settings, namespace, node_name)
     if not pod.exists:
         return Link("no plugin on a CPU node", "ok", f"no device-plugin pod runs on the CPU node {node_name}",
                     [f"kubectl -n {namespace} get pods -l app.kubernetes.io/name={DAEMONSET} "
@@ -238,7 +239,7 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
         facts = verification.facts.get(host, {})
         if problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
             checked = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name or facts.get("hostname")
-                                      or host)
+                                      or host, verification.cluster)
             if isinstance(checked, Link):
                 links.append(checked)
             else:

@@ -99,9 +99,20 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
         return list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR, fields={"spec.nodeName": node}))
 
     pods = api_call(settings, f"list plugin pods on {node}", find)
-    if not pods:
+    return plugin_pod_state(settings, namespace, node, pods[0] if pods else None)
+
+
+def read_plugin_pods(settings: ClusterSettings, namespace: str) -> dict[str, Pod]:
+    """Every device-plugin pod by the node it is bound to, in one list call (verify and doctor read them so)."""
+    pods = api_call(settings, f"list plugin pods in {namespace}",
+                    lambda client: list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR)))
+    return {pod.spec.nodeName: pod for pod in pods if pod.spec and pod.spec.nodeName}
+
+
+def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: Pod | None) -> PluginPodState:
+    """The pod's state; for a pod that is not ready, its last log lines and Warning events too (read then)."""
+    if pod is None:
         return PluginPodState(node)
-    pod = pods[0]
     statuses = (pod.status.containerStatuses or []) if pod.status else []
     container = statuses[0] if statuses else None
     waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""

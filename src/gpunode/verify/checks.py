@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+
+from lightkube.resources.core_v1 import Pod
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings, gpu_labels
@@ -10,8 +13,8 @@ from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import RolloutState, read_plugin_pod, read_rollout
-from gpunode.facts.labels import read_node
+from gpunode.facts.device_plugin import PluginPodState, RolloutState, plugin_pod_state, read_plugin_pods, read_rollout
+from gpunode.facts.labels import NodeLabelsState, read_nodes
 from gpunode.settings import NodeSettings
 
 NODE_STEPS = ("driver", "toolkit_repo", "toolkit", "runtime")
@@ -62,12 +65,33 @@ class ClusterView:
 
     def __init__(self) -> None:
         self.rollouts: dict[tuple[str, str, str], RolloutState] = {}
+        self.nodes: dict[tuple[str, str], dict[str, NodeLabelsState]] = {}
+        self.plugin_pods: dict[tuple[str, str, str], dict[str, Pod]] = {}
+        self.lock = threading.Lock()  # hosts are judged in parallel: each list is read once
 
     def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
         key = (str(settings.kubeconfig_path), settings.kube_context, namespace)
-        if key not in self.rollouts:
-            self.rollouts[key] = read_rollout(settings, namespace)
-        return self.rollouts[key]
+        with self.lock:
+            if key not in self.rollouts:
+                self.rollouts[key] = read_rollout(settings, namespace)
+            return self.rollouts[key]
+
+    def node(self, settings: ClusterSettings, name: str) -> NodeLabelsState:
+        """The Node from one list of the cluster's Nodes per verification (not a read per host)."""
+        key = (str(settings.kubeconfig_path), settings.kube_context)
+        with self.lock:
+            if key not in self.nodes:
+                self.nodes[key] = read_nodes(settings)
+            return self.nodes[key].get(name) or NodeLabelsState(name, exists=False)
+
+    def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
+        """The node's plugin pod from one list of the plugin's pods per verification."""
+        key = (str(settings.kubeconfig_path), settings.kube_context, namespace)
+        with self.lock:
+            if key not in self.plugin_pods:
+                self.plugin_pods[key] = read_plugin_pods(settings, namespace)
+            pod = self.plugin_pods[key].get(node)
+        return plugin_pod_state(settings, namespace, node, pod)
 
     def judge(self, host: str, data: dict, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
         """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
@@ -82,7 +106,7 @@ class ClusterView:
         name = settings.k8s_node_name or facts.get("hostname") or host
         results: dict[str, StepResult] = {}
         try:
-            node = read_node(settings, name)
+            node = self.node(settings, name)
             results["labels"] = verdict(host, "labels", labels.diagnose(node, desired))
             if not desired:
                 results["device_plugin"] = StepResult(host, "device_plugin", "skip", "no working GPU on this host")
@@ -94,7 +118,7 @@ class ClusterView:
             namespace = manifests.namespace
             offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
             findings = device_plugin.diagnose(self.rollout(settings, namespace),
-                                              read_plugin_pod(settings, namespace, name), node, offer, namespace)
+                                              self.plugin_pod(settings, namespace, name), node, offer, namespace)
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
             for step in CLUSTER_STEPS:
