@@ -101,8 +101,9 @@ def test_labels_gpunode_no_longer_sets_are_removed(fleet: dict, tmp_path: Path) 
 
 @pytest.mark.parametrize(("data", "message"), [
     ("kube_context=gpunode-sim-expired", "refused the credentials"),
-    ("kube_context=gpunode-sim-viewer",  # bound to the built-in view ClusterRole, which has no nodes at all
-     'RBAC denied: nodes "node01" is forbidden: User "gpunode-viewer" cannot get resource "nodes" in API group "" '
+    ("kube_context=gpunode-sim-viewer",  # bound to the built-in view ClusterRole, which has no nodes at all;
+     # the labels step lists the Nodes once per run
+     'RBAC denied: nodes is forbidden: User "gpunode-viewer" cannot list resource "nodes" in API group "" '
      "at the cluster scope"),
     ("kube_context=no-such-context", "Context 'no-such-context' not found"),
 ])
