@@ -168,6 +168,39 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
     return paths.inventory_file
 
 
+# inotify instances one node with the real kubelet takes (kubelet, cAdvisor, containerd; seen: 50 nodes stopped at
+# "inotify_init: too many open files" after 17 real-kubelet nodes with fs.inotify.max_user_instances = 128)
+INOTIFY_PER_KUBELET_NODE = 7
+
+
+def inotify_limit() -> int:
+    try:
+        return int(Path("/proc/sys/fs/inotify/max_user_instances").read_text())
+    except (OSError, ValueError):
+        return 128
+
+
+def inotify_in_use() -> int:
+    """The inotify instances open on the host now (every process runs as root here: one user's count)."""
+    count = 0
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            count += sum(1 for fd in fd_dir.iterdir() if os.readlink(fd) == "anon_inode:inotify")
+        except OSError:
+            continue
+    return count
+
+
+def inotify_shortfall(kubelets: int, limit: int, in_use: int) -> str | None:
+    """Why ``kubelets`` more real-kubelet nodes would not start here, or None when they fit."""
+    needed = kubelets * INOTIFY_PER_KUBELET_NODE
+    if needed <= limit - in_use:
+        return None
+    return (f"{kubelets} node(s) with the real kubelet need about {needed} inotify instances, and the host has "
+            f"{max(limit - in_use, 0)} left (fs.inotify.max_user_instances = {limit}, {in_use} in use): their "
+            "kubelets would fail with 'inotify_init: too many open files'")
+
+
 def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     """Start ``specs`` (nodes already running are left as they are) and report each."""
     prereqs.check_host()
@@ -183,6 +216,12 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if clash:
         raise GpunodeError(f"{', '.join(clash)} already running with another profile",
                            "run 'gpunode sim down' first, or keep the running profiles")
+    kubelets = sum(real_kubelet(s.runtime) for s in specs if s.name not in state.data["nodes"])
+    short = inotify_shortfall(kubelets, inotify_limit(), inotify_in_use())
+    if short:
+        raise GpunodeError(short, "set GPUNODE_SIM_KUBELET=agent (containerd nodes then run the simulator's node "
+                           "agent, as docker nodes do), or start fewer nodes; raising fs.inotify.max_user_instances "
+                           "is the host owner's decision, not the simulator's")
     started, booted = time.monotonic(), time.time()
     say(f"starting {len(specs)} node(s) in {paths.state}")
     images.prepare_images(paths, {s.runtime for s in specs}, say)
