@@ -93,18 +93,6 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                       [f"systemctl is-active {runtime}: {status}", *proof])
 
 
-def config_files(state: dict) -> list[tuple[str, dict]]:
-    """containerd's config files that parse, main config first, then the drop-ins in name order."""
-    files = ([(CONTAINERD_CONFIG, state["containerd_config"])] if state["containerd_config"] is not None else [])
-    files += sorted(state["containerd_dropins"].items())
-    parsed = []
-    for path, text in files:
-        document, error = parse_toml(text)
-        if not error:
-            parsed.append((path, document))
-    return parsed
-
-
 def setting_files(files: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     """The files containerd reads: the main config and the drop-ins its ``imports`` reach."""
     main = dict(files[0][1]) if files and files[0][0] == CONTAINERD_CONFIG else {}
@@ -152,15 +140,15 @@ def unread_nvidia(files: list[tuple[str, dict]]) -> list[str]:
 def diagnose_containerd(state: dict, settings: NodeSettings) -> tuple[list[Finding], list[str]]:
     """containerd's findings and, for the proof, what was read that shows the nvidia runtime in place."""
     text = state["containerd_config"]
-    written = []  # the config files as written (main config first), parsed once
-    files = ([(CONTAINERD_CONFIG, text)] if text is not None else []) + list(state["containerd_dropins"].items())
+    every = []  # the config files as written (main config first, then the drop-ins in name order), parsed once
+    files = ([(CONTAINERD_CONFIG, text)] if text is not None else []) + sorted(state["containerd_dropins"].items())
     for path, content in files:
         document, error = parse_toml(content)
         if error:
             fix = (f"repair {CONTAINERD_CONFIG} by hand (or move it away to get a fresh base config)"
                    if path == CONTAINERD_CONFIG else f"repair or remove {path}")
             return [fail("config-invalid", f"{path} is not valid TOML: gpunode will not touch it", [error], fix)], []
-        written.append(document)
+        every.append((path, document))
     dump = state["containerd_dump"]
     if dump is None or dump["rc"] != 0:
         said = (dump.get("stderr") or dump["text"]).splitlines()[-3:] if dump else []
@@ -175,7 +163,6 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> tuple[list[Findi
                                              for line in dump["text"].splitlines()[:2])],
                      "run 'containerd config dump' on the node and look at what it prints (a wrapper script or "
                      "an unusual containerd build)")], []
-    every = config_files(state)
     parsed = setting_files(every)
     disabled = [p for p in effective.get("disabled_plugins") or [] if p in CRI_IDS]
     if disabled:
@@ -194,7 +181,8 @@ def diagnose_containerd(state: dict, settings: NodeSettings) -> tuple[list[Findi
     findings = []
     # 'config dump' adds containerd's built-in runc when the files define no runtime at all, so whether a
     # base config exists is read from the files themselves: Debian's stub plus nvidia breaks the CRI plugin.
-    if text is None or not any("runc" in cri_table(doc).get("containerd", {}).get("runtimes", {}) for doc in written):
+    if text is None or not any("runc" in cri_table(doc).get("containerd", {}).get("runtimes", {})
+                               for _, doc in every):
         findings.append(fail("base-config-missing",
                              f"{CONTAINERD_CONFIG} is {'missing' if text is None else 'a stub without a runc runtime'}"
                              ": the CRI plugin has no base runtime for nvidia to copy",

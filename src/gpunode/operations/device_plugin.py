@@ -291,14 +291,13 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
                        + (f" (from the new plugin pod {pod.name})" if replaced else ""))
             return
         rollout = read_rollout(settings, namespace)
-        here = pod
         # a rollout that stays finished without a pod here will not place one: no use waiting for the deadline
         # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
-        settled_since = (settled_since or time.monotonic()) if rollout.complete and not here.exists else None
+        settled_since = (settled_since or time.monotonic()) if rollout.complete and not pod.exists else None
         settled = settled_since is not None and time.monotonic() - settled_since >= SETTLE_SECONDS
         late = time.monotonic() > deadline
         if settled or late:
-            findings = failures(diagnose(rollout, here, current, offer, namespace))
+            findings = failures(diagnose(rollout, pod, current, offer, namespace))
             if findings:
                 finding = findings[0]
                 waited = "the rollout is complete and placed no pod here" if settled and not late else \
