@@ -21,6 +21,7 @@ from gpunode_plugin.backend import IGNORED_XIDS, Backend, HealthEvent
 from gpunode_plugin.resources import LogicalDevice, Resource
 
 log = logging.getLogger("gpunode_plugin.health")
+EVENT_WAIT_MS = 1000  # NVML blocks this long for an event; stop() waits for it
 
 
 def _xids(text: str) -> set[int]:
@@ -66,7 +67,7 @@ class HealthMonitor:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                event = self.backend.wait_event(200)
+                event = self.backend.wait_event(EVENT_WAIT_MS)
             except Exception as error:  # noqa: BLE001 - a broken wait must not kill the thread silently
                 event = HealthEvent(None, None, "error", str(error))
             if event is not None:

@@ -24,7 +24,7 @@ from gpunode_plugin.resources import Resource, build_resources, socket_name
 from gpunode_plugin.server import PluginServer
 
 log = logging.getLogger("gpunode_plugin")
-WATCH_INTERVAL = 0.05
+WATCH_INTERVAL = 0.2  # a kubelet restart is seen within this; each tick is two stat calls
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the terminating NUL
 
 

@@ -18,6 +18,7 @@ from gpunode_plugin.metrics import Metrics
 from gpunode_plugin.resources import Resource
 
 log = logging.getLogger("gpunode_plugin.server")
+STREAM_CHECK_SECONDS = 5.0  # a ListAndWatch stream idles this long between checks; its end wakes it sooner
 
 
 def device_message(device: object) -> pb.Device:
@@ -46,12 +47,18 @@ class DevicePluginService(rpc.DevicePluginServicer):
     def ListAndWatch(self, request: pb.Empty, context: grpc.ServicerContext):  # noqa: N802 - gRPC method name
         resource = self.resource
         self.streams += 1
+
+        def wake() -> None:  # the stream ended (kubelet gone, plugin stopping): leave the wait at once
+            with resource.changed:
+                resource.changed.notify_all()
+
+        context.add_callback(wake)
         try:
             version = -1
             while context.is_active() and not self.stopping.is_set():
                 with resource.changed:
                     if resource.version == version:
-                        resource.changed.wait(timeout=0.5)
+                        resource.changed.wait(timeout=STREAM_CHECK_SECONDS)
                     if resource.version == version:
                         continue
                     version = resource.version

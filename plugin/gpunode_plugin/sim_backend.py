@@ -14,6 +14,7 @@ from gpunode_plugin.backend import Gpu, HealthEvent, InitError, MigDevice, sysfs
 
 DEFAULT_STATE = "/etc/gpunode-sim/gpu.json"
 DEFAULT_EVENTS = "/run/gpunode-sim/health-events"
+EVENT_POLL_SECONDS = 0.2  # the stand-in for NVML's blocking event wait looks at the events file this often
 
 
 class SimBackend:
@@ -65,10 +66,12 @@ class SimBackend:
             event = self._next_event()
             if event or time.monotonic() >= deadline:
                 return event
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(EVENT_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     def _next_event(self) -> HealthEvent | None:
         try:
+            if os.stat(self.events_file).st_size <= self._offset:  # nothing new: a stat, not an open, per tick
+                return None
             with open(self.events_file) as handle:
                 handle.seek(self._offset)
                 line = handle.readline()

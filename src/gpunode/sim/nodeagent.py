@@ -96,6 +96,7 @@ class Container:
     started_at: float = 0.0
     started_stamp: str = ""
     ready: bool = False
+    next_probe: float = 0.0  # monotonic time of the next readiness probe of a ready container
     log: str = ""
 
     def docker_name(self) -> str:
@@ -191,6 +192,9 @@ class Container:
         if url is None:
             self.ready = True
             return
+        if self.ready and moment < self.next_probe:  # a ready container is probed every periodSeconds, as the
+            return                                   # kubelet does; until then every pass, so it is Ready at once
+        self.next_probe = moment + float((self.spec.get("readinessProbe") or {}).get("periodSeconds", 10))
         try:
             with urllib.request.urlopen(url, timeout=1) as answer:  # noqa: S310 - the node's own loopback
                 self.ready = answer.status == 200

@@ -6,3 +6,7 @@ labels) → ``device_plugin`` (apply and roll out the DaemonSet, check allocatab
 GPUs). The GPU steps run only where the driver check found a working driver;
 ``bootstrap`` chains them all.
 """
+
+from gpunode import op_order
+
+op_order.install()  # pyinfra's CLI ordering without inspect.stack(): see gpunode.op_order
