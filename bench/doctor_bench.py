@@ -31,14 +31,19 @@ def run(argv: list[str], env: dict[str, str]) -> float:
 
 
 def main(nodes: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="gpunode-bench-") as state:
-        env = {**os.environ, "GPUNODE_SIM_DIR": state, "GPUNODE_SIM_NET": "41"}
+    state = tempfile.mkdtemp(prefix="gpunode-bench-")
+    env = {**os.environ, "GPUNODE_SIM_DIR": state, "GPUNODE_SIM_NET": "41"}
+    try:
         run([GPUNODE, "sim", "up", "-n", str(nodes)], env)
-        try:
-            run([GPUNODE, "deploy", "inventories/sim.py", "--report", f"{state}/report.json"], env)
-            times = [run([GPUNODE, "doctor", "inventories/sim.py"], env) for _ in range(5)]
-        finally:
-            subprocess.run([GPUNODE, "sim", "down"], env=env, capture_output=True, check=False)
+        run([GPUNODE, "deploy", "inventories/sim.py", "--report", f"{state}/report.json"], env)
+        times = [run([GPUNODE, "doctor", "inventories/sim.py"], env) for _ in range(5)]
+    finally:
+        # down even when up failed half-way; the state folder goes only through down --purge, once nothing runs
+        down = subprocess.run([GPUNODE, "sim", "down", "--purge"], env=env, capture_output=True, text=True,
+                              check=False)
+        if down.returncode != 0:
+            print(f"gpunode sim down failed; the fleet's state is kept in {state}:\n{down.stderr[-2000:]}",
+                  file=sys.stderr)
     print(f"doctor on {nodes} healthy nodes: best {min(times):.2f} s, worst {max(times):.2f} s "
           f"({max(times) / TARGET_SECONDS:.0%} of the {TARGET_SECONDS:.0f} s target)")
 

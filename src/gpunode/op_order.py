@@ -46,7 +46,7 @@ def operation_order(state: object) -> list[int]:
     deploy_file = getattr(state, "current_deploy_filename", None)
     if deploy_file:
         # pyinfra keeps the loop index where the search ends: the deploy file's frame, or the last frame
-        for start, (filename, _) in enumerate(frames):
+        for start, (filename, _) in enumerate(frames):  # noqa: B007 - the index after the loop is the point
             if filename == deploy_file:
                 break
     line_numbers = []

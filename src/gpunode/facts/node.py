@@ -23,13 +23,23 @@ FACTS: dict[str, type[FactBase]] = {"driver": DriverState, "toolkit_repo": Toolk
 FACT_MARK = "##gpunode-fact:"
 
 
+# the steps after the driver check matter only where an NVIDIA driver left a trace; elsewhere (CPU nodes) the
+# check skips them, so a host without one is not asked for them (their parts are absent, never read)
+GPU_STEPS = ("toolkit_repo", "toolkit", "runtime")
+NVIDIA_TRACE = ("command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia ] || [ -e /sys/module/nvidia ]"
+                " || [ -e /dev/nvidiactl ]")
+
+
 def facts_command(steps: tuple[str, ...] = tuple(FACTS)) -> str:
     """One shell command printing every step's fact output, each behind its own marker."""
-    parts = []
+    always, gpu = [], []
     for step in steps:
-        parts.append(f"echo '{FACT_MARK}{step}'")
-        parts.append(f"( {FACTS[step]().command()} ) 2>/dev/null")
-    return "; ".join(parts)
+        part = f"echo '{FACT_MARK}{step}'; ( {FACTS[step]().command()} ) 2>/dev/null"
+        (gpu if step in GPU_STEPS else always).append(part)
+    if gpu:
+        always.insert(1 if steps and steps[0] not in GPU_STEPS else 0,
+                      f"if {NVIDIA_TRACE}; then {'; '.join(gpu)}; fi")
+    return "; ".join(always)
 
 
 def split_facts(stdout: str | list[str]) -> dict[str, object]:
@@ -46,6 +56,9 @@ def split_facts(stdout: str | list[str]) -> dict[str, object]:
 
 class NodeFacts(FactBase):
     """``{"driver": DriverState's dict, "toolkit_repo": ..., "toolkit": ..., "runtime": ..., "hostname": "node01"}``.
+
+    A host without any trace of an NVIDIA driver (no nvidia-smi, module, /proc entry or device node) answers only
+    "driver" and "hostname": its driver check skips the GPU steps.
 
     Read with the steps' default arguments (the toolkit keyring and list paths of gpunode's settings).
     """
