@@ -7,12 +7,19 @@ match, even when no cause is diagnosed.
 
 from __future__ import annotations
 
+import threading
+import time
+
+import httpx2
 import pytest
+from lightkube.models.core_v1 import ContainerStatus, PodSpec, PodStatus
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Pod
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import PluginPodState, RolloutState
+from gpunode.facts.device_plugin import RolloutState
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.operations import device_plugin as operation
 
@@ -27,24 +34,29 @@ class FakeHost:
         self.said.append(message)
 
 
+def plugin_pod(name: str, ready: bool) -> Pod:
+    return Pod(metadata=ObjectMeta(name=name), spec=PodSpec(containers=[], nodeName="node01"),
+               status=PodStatus(phase="Running", containerStatuses=[
+                   ContainerStatus(name="nvidia-device-plugin", ready=ready, restartCount=0, image="", imageID="")]))
+
+
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> dict:
-    """What the API answers, call after call: the plugin pods seen on the node and its allocatable GPUs."""
-    answers: dict = {"pods": [], "allocatable": [], "node_reads": 0}
+    """What the run's shared poll of the API answers, poll after poll: node01's plugin pod and allocatable GPUs."""
+    answers: dict = {"pods": [], "allocatable": [], "polls": 0, "errors": []}
 
-    def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
-        pods = answers["pods"]
-        return pods.pop(0) if len(pods) > 1 else pods[0]
-
-    def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:
-        answers["node_reads"] += 1
-        counts = answers["allocatable"]
+    def poll_cluster(settings: ClusterSettings, namespace: str) -> operation.ClusterPoll:
+        answers["polls"] += 1
+        if answers["errors"]:
+            raise answers["errors"].pop(0)
+        pods, counts = answers["pods"], answers["allocatable"]
+        pod = pods.pop(0) if len(pods) > 1 else pods[0]
         count = counts.pop(0) if len(counts) > 1 else counts[0]
-        return NodeLabelsState(name, True, allocatable={"nvidia.com/gpu": str(count)})
+        node = NodeLabelsState("node01", True, allocatable={"nvidia.com/gpu": str(count)})
+        return operation.ClusterPoll(0.0, {"node01": node}, {"node01": pod} if pod else {},
+                                     RolloutState(True, 1, 1, 1, 1, 1))
 
-    monkeypatch.setattr(operation, "read_plugin_pod", read_plugin_pod)
-    monkeypatch.setattr(operation, "read_node", read_node)
-    monkeypatch.setattr(operation, "read_rollout", lambda settings, namespace: RolloutState(True, 1, 1, 1, 1, 1))
+    monkeypatch.setattr(operation, "poll_cluster", poll_cluster)
     monkeypatch.setattr(operation, "POLL_SECONDS", 0.01)
     return answers
 
@@ -52,22 +64,73 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> dict:
 def test_the_old_pods_numbers_do_not_count(cluster: dict) -> None:
     target = FakeHost()
     operation._replaced[target] = "plugin-old"
-    cluster["pods"] = [PluginPodState("node01", "plugin-old", "Running", True),  # not yet deleted
-                       PluginPodState("node01", "plugin-new", "Running", False),
-                       PluginPodState("node01", "plugin-new", "Running", True)]
+    cluster["pods"] = [plugin_pod("plugin-old", True),  # not yet deleted
+                       plugin_pod("plugin-new", False),
+                       plugin_pod("plugin-new", True)]
     cluster["allocatable"] = [4, 0, 4]  # the old registration, the gap, the new one
     operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=5), "node01", FOUR_GPUS,
                                ManifestSettings())
-    assert cluster["node_reads"] == 3
+    assert cluster["polls"] == 3
     assert target.said == ["node01: 4 allocatable nvidia.com/gpu (from the new plugin pod plugin-new)"]
 
 
 def test_no_match_by_the_deadline_fails_the_host_even_without_a_cause(cluster: dict, monkeypatch) -> None:
     target = FakeHost()
     monkeypatch.setattr(operation, "diagnose", lambda *args: [])
-    cluster["pods"] = [PluginPodState("node01", "plugin-a", "Running", True)]
+    cluster["pods"] = [plugin_pod("plugin-a", True)]
     cluster["allocatable"] = [3]
     with pytest.raises(GpunodeError, match=r"node01 offers 3 allocatable nvidia.com/gpu, 4 expected \(driver "
                                            r"\(nvidia-smi\): 4 GPU\(s\).*\), after 1 s"):
         operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=1), "node01", FOUR_GPUS,
                                    ManifestSettings())
+
+
+def test_an_api_timeout_is_retried_until_the_deadline(cluster: dict) -> None:
+    target = FakeHost()
+    timeout = GpunodeError("list nodes: cannot reach the Kubernetes API at https://127.0.0.1:6443 "
+                           "(The read operation timed out)")
+    timeout.__cause__ = httpx2.ReadTimeout("The read operation timed out")
+    cluster["errors"] = [timeout, timeout]
+    cluster["pods"] = [plugin_pod("plugin-a", True)]
+    cluster["allocatable"] = [4]
+    operation.wait_allocatable(target, ClusterSettings(allocatable_timeout=5), "node01", FOUR_GPUS,
+                               ManifestSettings())
+    assert cluster["polls"] == 3
+    assert len([line for line in target.said if "retrying" in line]) == 1  # said once, not per poll
+    assert target.said[-1] == "node01: 4 allocatable nvidia.com/gpu"
+
+
+def test_an_api_refusal_is_not_retried(cluster: dict) -> None:
+    refused = GpunodeError("list nodes: RBAC denied: nodes is forbidden")
+    cluster["errors"] = [refused]
+    with pytest.raises(GpunodeError, match="RBAC denied.*while waiting for node01's allocatable GPUs"):
+        operation.wait_allocatable(FakeHost(), ClusterSettings(allocatable_timeout=5), "node01", FOUR_GPUS,
+                                   ManifestSettings())
+    assert cluster["polls"] == 1
+
+
+def test_every_hosts_wait_shares_one_poll_of_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"nodes": 0, "pods": 0, "rollout": 0}
+
+    def count(kind: str, value: object):
+        def read(*args: object) -> object:
+            calls[kind] += 1
+            time.sleep(0.05)  # an API answer takes a moment: the other hosts wait for it instead of asking again
+            return value
+        return read
+
+    monkeypatch.setattr(operation, "read_nodes", count("nodes", {}))
+    monkeypatch.setattr(operation, "read_plugin_pods", count("pods", {}))
+    monkeypatch.setattr(operation, "read_rollout", count("rollout", RolloutState(True, 1, 1, 1, 1, 1)))
+    settings = ClusterSettings(kubeconfig="/tmp/poll-test-kubeconfig")
+    polls: list[operation.ClusterPoll] = []
+    threads = [threading.Thread(target=lambda: polls.append(operation.poll_cluster(settings, "gpunode-system")))
+               for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(polls) == 50
+    assert calls == {"nodes": 1, "pods": 1, "rollout": 1}
+    assert len({id(poll) for poll in polls}) == 1
+    assert polls[0].node("node07").exists is False

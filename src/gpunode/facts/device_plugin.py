@@ -106,7 +106,15 @@ def read_plugin_pods(settings: ClusterSettings, namespace: str) -> dict[str, Pod
     """Every device-plugin pod by the node it is bound to, in one list call (verify and doctor read them so)."""
     pods = api_call(settings, f"list plugin pods in {namespace}",
                     lambda client: list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR)))
+    # a node's pod being deleted and its successor: the successor is the node's pod
+    pods.sort(key=lambda pod: pod.metadata.deletionTimestamp is None)
     return {pod.spec.nodeName: pod for pod in pods if pod.spec and pod.spec.nodeName}
+
+
+def pod_ready(pod: Pod | None) -> bool:
+    """The pod's (first) container is ready: read from the pod alone, no further API call."""
+    statuses = (pod.status.containerStatuses or []) if pod is not None and pod.status else []
+    return bool(statuses and statuses[0].ready)
 
 
 def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: Pod | None) -> PluginPodState:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
+from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 from lightkube import codecs
@@ -24,15 +26,23 @@ from lightkube.types import PatchType
 from pyinfra import host, state
 from pyinfra.api import Host, State, operation
 
-from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
+from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none, transient
 from gpunode.cluster.labels import driver_version_of
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, DIGEST_ANNOTATION, Offer, expected_offer, text_digest
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import DAEMONSET, RolloutState, read_plugin_pod, read_rollout
-from gpunode.facts.labels import read_gpu_nodes, read_node
+from gpunode.facts.device_plugin import (
+    DAEMONSET,
+    RolloutState,
+    plugin_pod_state,
+    pod_ready,
+    read_plugin_pod,
+    read_plugin_pods,
+    read_rollout,
+)
+from gpunode.facts.labels import NodeLabelsState, parse_node, read_gpu_nodes, read_nodes
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import labelled_driver, node_of_run, relabelled
@@ -47,6 +57,50 @@ _rolling: WeakKeyDictionary[State, bool] = WeakKeyDictionary()
 _replugged: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 # the plugin pod this run deleted on a host (driver changed): the allocatable check waits for its successor
 _replaced: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class ClusterPoll:
+    """The Nodes, the plugin's pods (by node) and the rollout, as the run's waits saw them at ``taken``."""
+
+    taken: float
+    nodes: dict[str, NodeLabelsState]
+    pods: dict[str, Pod]
+    rollout: RolloutState
+
+    def node(self, name: str) -> NodeLabelsState:
+        return self.nodes.get(name) or parse_node(name, None)
+
+
+_polls: dict[tuple[ClusterSettings, str], ClusterPoll] = {}
+_poll_lock = threading.Lock()  # gevent's under pyinfra: one host refreshes, the others wait for its answer
+
+
+def poll_cluster(settings: ClusterSettings, namespace: str) -> ClusterPoll:
+    """What every host's allocatable wait reads: one list of Nodes, one of plugin pods and the DaemonSet per
+    POLL_SECONDS, shared by all hosts of the run.
+
+    Each host reading its own node, pod, rollout (and the log and events of a pod not ready yet) every second was
+    up to five calls per host per second: at 100 simulated nodes the API server's reads timed out.
+    """
+    key = (settings, namespace)
+    with _poll_lock:
+        poll = _polls.get(key)
+        if poll is None or time.monotonic() - poll.taken >= POLL_SECONDS:
+            poll = ClusterPoll(time.monotonic(), read_nodes(settings), read_plugin_pods(settings, namespace),
+                               read_rollout(settings, namespace))
+            _polls[key] = poll
+        return poll
+
+
+def retry_or_raise(target: Host, error: GpunodeError, deadline: float, what: str, told: list[bool]) -> None:
+    """A transient API failure during a wait is retried until the wait's deadline (said once); others raise."""
+    if not transient(error) or time.monotonic() > deadline:
+        raise GpunodeError(f"{error.args[0] if error.args else error} (while {what})", *error.args[1:]) from error
+    if not told:
+        told.append(True)
+        target.log(f"the API did not answer ({error.args[0] if error.args else error}); retrying until the "
+                   "wait's deadline")
 
 
 def stamped(document: dict) -> dict:
@@ -207,8 +261,14 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
 def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
     deadline = time.monotonic() + settings.rollout_timeout
     shown = ""
+    told: list[bool] = []
     while True:
-        rollout = read_rollout(settings, namespace)
+        try:
+            rollout = read_rollout(settings, namespace)
+        except GpunodeError as error:
+            retry_or_raise(target, error, deadline, "waiting for the device-plugin rollout", told)
+            time.sleep(POLL_SECONDS)
+            continue
         if rollout.complete and rollout.desired == 0:
             selects_none(settings, namespace, rollout)
         if rollout.complete:
@@ -280,23 +340,33 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
     deadline = time.monotonic() + settings.allocatable_timeout
     replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
     settled_since: float | None = None
+    told: list[bool] = []
     while True:
-        pod = read_plugin_pod(settings, namespace, node)
+        try:
+            poll = poll_cluster(settings, namespace)
+        except GpunodeError as error:
+            retry_or_raise(target, error, deadline, f"waiting for {node}'s allocatable GPUs", told)
+            time.sleep(POLL_SECONDS)
+            continue
+        found = poll.pods.get(node)
+        name = found.metadata.name if found is not None else ""
         # the count is believed from a ready plugin pod (the kubelet keeps it a while after a plugin goes away),
         # and not from the pod this run replaced
-        fresh = pod.exists and pod.ready and pod.name != replaced
-        current = read_node(settings, node)
+        fresh = pod_ready(found) and name != replaced
+        current = poll.node(node)
         if fresh and allocatable_of(current, offer.resource) == offer.count:
             target.log(f"{node}: {offer.count} allocatable {offer.resource}"
-                       + (f" (from the new plugin pod {pod.name})" if replaced else ""))
+                       + (f" (from the new plugin pod {name})" if replaced else ""))
             return
-        rollout = read_rollout(settings, namespace)
+        rollout = poll.rollout
         # a rollout that stays finished without a pod here will not place one: no use waiting for the deadline
         # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
-        settled_since = (settled_since or time.monotonic()) if rollout.complete and not pod.exists else None
+        settled_since = (settled_since or time.monotonic()) if rollout.complete and found is None else None
         settled = settled_since is not None and time.monotonic() - settled_since >= SETTLE_SECONDS
         late = time.monotonic() > deadline
-        if settled or late:
+        pod = None
+        if settled or late:  # the pod's full state (its log and Warning events when not ready) only to explain
+            pod = plugin_pod_state(settings, namespace, node, found)
             findings = failures(diagnose(rollout, pod, current, offer, namespace))
             if findings:
                 finding = findings[0]
@@ -304,7 +374,7 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
                     f"after {settings.allocatable_timeout} s"
                 raise GpunodeError(f"{finding.what} ({waited})\n  evidence: "
                                    + "\n            ".join(finding.evidence), finding.fix)
-        if late:
+        if late and pod is not None:
             waiting = "" if fresh else (
                 f"; the device-plugin pod that replaces {replaced} is not ready" if replaced
                 else "; no ready device-plugin pod there") + (f" ({pod.name})" if pod.exists else " (none yet)")

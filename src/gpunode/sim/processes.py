@@ -16,8 +16,10 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split(") ")[-1][:1] != "Z"
+    try:  # it may end between the signal and the read (seen taking a 100-node fleet down)
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
 
 
 def signal_pid(pid: int, sig: int) -> None:
