@@ -6,7 +6,7 @@ from pyinfra import host
 from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.manifests import ManifestSettings, documents, render
+from gpunode.cluster.manifests import ManifestSettings, manifest_documents
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.settings import NodeSettings
@@ -20,7 +20,7 @@ def device_plugin_rollout() -> None:
         host.noop("cluster steps are off for this host (cluster_steps = False)")
         return
     manifests = ManifestSettings.from_data(host.data)
-    device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=documents(render(manifests)),
+    device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=manifest_documents(manifests),
                                     settings=settings, _run_once=True)
     device_plugin.rolled_out(name="Wait for the device-plugin rollout", namespace=manifests.namespace,
                              settings=settings, _run_once=True)
