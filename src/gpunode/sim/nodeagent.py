@@ -699,9 +699,12 @@ class Agent:
             if pod["spec"].get("hostNetwork"):
                 status.update(podIP=self.facts.address, podIPs=[{"ip": self.facts.address}])
             compared = json.dumps(status, sort_keys=True)
-            if self.sent.get(key) == compared:
-                continue
             previous = (pod.get("status") or {}).get("conditions") or []
+            # posted before and still what the API holds; another writer (the node lifecycle controller marks a
+            # NotReady node's pods not ready: seen at 100 nodes under load) makes the kubelet post it again
+            held = {c["type"]: c.get("status") for c in previous}
+            if self.sent.get(key) == compared and all(held.get(c["type"]) == c["status"] for c in status["conditions"]):
+                continue
             stamps = {c["type"]: c.get("lastTransitionTime") for c in previous}
             states = {c["type"]: c.get("status") for c in previous}
             for condition in status["conditions"]:
