@@ -32,14 +32,16 @@ NVIDIA_TRACE = ("command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvid
 
 def facts_command(steps: tuple[str, ...] = tuple(FACTS)) -> str:
     """One shell command printing every step's fact output, each behind its own marker."""
-    always, gpu = [], []
+    parts, gpu = [], []
     for step in steps:
         part = f"echo '{FACT_MARK}{step}'; ( {FACTS[step]().command()} ) 2>/dev/null"
-        (gpu if step in GPU_STEPS else always).append(part)
-    if gpu:
-        always.insert(1 if steps and steps[0] not in GPU_STEPS else 0,
-                      f"if {NVIDIA_TRACE}; then {'; '.join(gpu)}; fi")
-    return "; ".join(always)
+        if step not in GPU_STEPS:
+            parts.append(part)
+            continue
+        if not gpu:  # the GPU steps' parts go together, where the first of them stands
+            parts.append("")
+        gpu.append(part)
+    return "; ".join(f"if {NVIDIA_TRACE}; then {'; '.join(gpu)}; fi" if not part else part for part in parts)
 
 
 def split_facts(stdout: str | list[str]) -> dict[str, object]:

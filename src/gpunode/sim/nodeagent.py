@@ -706,9 +706,8 @@ class Agent:
             if self.sent.get(key) == compared and all(held.get(c["type"]) == c["status"] for c in status["conditions"]):
                 continue
             stamps = {c["type"]: c.get("lastTransitionTime") for c in previous}
-            states = {c["type"]: c.get("status") for c in previous}
             for condition in status["conditions"]:
-                same = states.get(condition["type"]) == condition["status"] and stamps.get(condition["type"])
+                same = held.get(condition["type"]) == condition["status"] and stamps.get(condition["type"])
                 condition["lastTransitionTime"] = stamps[condition["type"]] if same else now()
             status.setdefault("startTime", (pod.get("status") or {}).get("startTime") or now())
             try:
