@@ -224,7 +224,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
                            "is the host owner's decision, not the simulator's")
     started, booted = time.monotonic(), time.time()
     say(f"starting {len(specs)} node(s) in {paths.state}")
-    images.prepare_images(paths, {s.runtime for s in specs}, say)
+    images.prepare_images(paths, {(s.os, s.runtime) for s in specs}, say)
     write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
     if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)

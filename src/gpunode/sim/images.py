@@ -28,13 +28,17 @@ from gpunode.sim import systemctl
 from gpunode.sim.hostcmd import run
 from gpunode.sim.mirror import debian_mirror
 from gpunode.sim.paths import SimPaths
+from gpunode.sim.profiles import DEFAULT_OS, OPERATING_SYSTEMS
 
-SUITE = "bookworm"
+SUITE = OPERATING_SYSTEMS[DEFAULT_OS]
 BASE_PACKAGES = ("openssh-server", "python3", "gnupg", "ca-certificates", "curl", "procps", "iproute2",
                  "kmod", "systemd", "less", "iputils-ping")
 LAYER_ORDER = ("sim", "containerd", "docker")
 LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc", "containernetworking-plugins"),
                   "docker": ("docker.io",)}
+# What a release packages apart: Debian unstable's docker.io 28 only recommends its client (docker-cli), which
+# an install with recommends (apt's default) brings; the layers are built without recommends.
+SUITE_PACKAGES = {("sid", "docker"): ("docker-cli",)}
 RUNTIME_LAYERS = {"containerd": ("containerd", "sim"), "docker": ("docker", "containerd", "sim")}
 SIM_LIB = "/usr/lib/gpunode-sim"
 
@@ -89,8 +93,8 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
 
 
-def _layer_digest(name: str) -> str:
-    parents = [_layer_digest(p) for p in RUNTIME_LAYERS.get(name, ())[1:]] if name in RUNTIME_LAYERS else []
+def _layer_digest(name: str, suite: str = SUITE) -> str:
+    parents = [_layer_digest(p, suite) for p in RUNTIME_LAYERS.get(name, ())[1:]] if name in RUNTIME_LAYERS else []
     extra: tuple[object, ...] = ()
     if name == "sim":
         extra = (systemctl.RELEASE, systemctl.PATCHES, SYSTEMCTL_WRAPPER, SIM_INIT, SSHD_CONF, APT_CONF)
@@ -98,11 +102,30 @@ def _layer_digest(name: str) -> str:
         extra = (DOCKER_DROPIN,)
     if name == "containerd":
         extra = (CNI_CONFLIST, sorted(CRI_SETTINGS.items()))
-    return _digest(name, LAYER_PACKAGES[name], parents, extra, _base_digest())
+    return _digest(name, layer_packages(name, suite), parents, extra, _base_digest(suite))
 
 
-def _base_digest() -> str:
-    return _digest(SUITE, BASE_PACKAGES)
+def layer_packages(name: str, suite: str = SUITE) -> tuple[str, ...]:
+    """The packages layer ``name`` installs on ``suite``."""
+    return LAYER_PACKAGES[name] + SUITE_PACKAGES.get((suite, name), ())
+
+
+def _base_digest(suite: str = SUITE) -> str:
+    return _digest(suite, BASE_PACKAGES)
+
+
+def base_rootfs(paths: SimPaths, os_name: str) -> Path:
+    """The unpacked base image of ``os_name`` (Debian 12's keeps the folder it always had)."""
+    return paths.base_rootfs if os_name == DEFAULT_OS else paths.state / f"base-{os_name}" / "rootfs"
+
+
+def layer_dir(paths: SimPaths, os_name: str, layer: str) -> Path:
+    """The unpacked ``layer`` built on ``os_name``'s base."""
+    return paths.layer(layer if os_name == DEFAULT_OS else f"{os_name}-{layer}")
+
+
+def _cache_name(kind: str, os_name: str) -> str:
+    return kind if os_name == DEFAULT_OS else f"{kind}-{os_name}"
 
 
 def _extract(tarball: Path, target: Path) -> None:
@@ -141,18 +164,19 @@ def _cached(paths: SimPaths, name: str, digest: str, target: Path, build: Callab
     stamp.write_text(digest)
 
 
-def _debootstrap(target: Path, say: Callable[[str], None]) -> None:
+def _debootstrap(target: Path, suite: str, say: Callable[[str], None]) -> None:
     mirror = os.environ.get("GPUNODE_DEBIAN_MIRROR") or debian_mirror()
-    say(f"debootstrap {SUITE} (minbase) from the host's Debian mirror: about a minute, once per machine")
-    run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE, str(target), mirror],
+    say(f"debootstrap {suite} (minbase) from the host's Debian mirror: about a minute, once per machine")
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", suite, str(target), mirror],
         what="debootstrap of the node base image", timeout=1800)
     for leftover in (target / "var/cache/apt/archives").glob("*.deb"):
         leftover.unlink()
 
 
-def _chroot_build(paths: SimPaths, name: str, upper: Path, script: str) -> None:
+def _chroot_build(paths: SimPaths, os_name: str, name: str, upper: Path, script: str) -> None:
     """Run ``script`` in a chroot of the layers below ``name`` with ``upper`` taking the writes."""
-    lowers = [paths.layer(layer) for layer in RUNTIME_LAYERS.get(name, (name,))[1:]] + [paths.base_rootfs]
+    lowers = [layer_dir(paths, os_name, layer) for layer in RUNTIME_LAYERS.get(name, (name,))[1:]]
+    lowers.append(base_rootfs(paths, os_name))
     work = upper.parent / f".{name}.work"
     merged = upper.parent / f".{name}.merged"
     for folder in (work, merged):
@@ -197,7 +221,7 @@ def _write(root: Path, path: str, text: str, mode: int = 0o644) -> None:
     target.chmod(mode)
 
 
-def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
+def _build_sim_layer(paths: SimPaths, os_name: str, upper: Path) -> None:
     sources = systemctl.fetch(paths.cache / "wheels")
     for file_name, text in sources.items():
         _write(upper, f"{SIM_LIB}/{file_name}", text, 0o755)
@@ -212,7 +236,7 @@ def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
         rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
         python3 -m compileall -q {SIM_LIB}
     """
-    _chroot_build(paths, "sim", upper, script)
+    _chroot_build(paths, os_name, "sim", upper, script)
     _write(upper, "/usr/bin/systemctl", SYSTEMCTL_WRAPPER, 0o755)
     _write(upper, "/usr/bin/journalctl", JOURNALCTL_WRAPPER, 0o755)
     _write(upper, "/usr/local/sbin/sim-init", SIM_INIT, 0o755)
@@ -221,15 +245,17 @@ def _build_sim_layer(paths: SimPaths, upper: Path) -> None:
     _write(upper, "/etc/apt/apt.conf.d/99gpunode-sim", APT_CONF)
 
 
-def _build_runtime_layer(paths: SimPaths, name: str, upper: Path) -> None:
-    packages = " ".join(LAYER_PACKAGES[name])
+def _build_runtime_layer(paths: SimPaths, os_name: str, name: str, upper: Path) -> None:
+    # Debian unstable's Release file carries a Valid-Until a few days ahead; a mirror that is a snapshot
+    # (as a package proxy may serve) is past it. The archive's signature is still checked.
+    packages = " ".join(layer_packages(name, OPERATING_SYSTEMS[os_name]))
     script = f"""
-        apt-get update -qq
+        apt-get update -qq -o Acquire::Check-Valid-Until=false
         apt-get install -y -qq --no-install-recommends {packages} >/dev/null
         apt-get clean
         rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
     """
-    _chroot_build(paths, name, upper, script)
+    _chroot_build(paths, os_name, name, upper, script)
     if name == "docker":
         _write(upper, "/etc/systemd/system/docker.service.d/gpunode-sim.conf", DOCKER_DROPIN)
     if name == "containerd":
@@ -238,36 +264,52 @@ def _build_runtime_layer(paths: SimPaths, name: str, upper: Path) -> None:
 
 
 def _set_cri_settings(config: Path) -> None:
-    """Debian's containerd config with CRI_SETTINGS added, its comments and order kept."""
+    """containerd's packaged config with CRI_SETTINGS added where its schema keeps them, comments and order kept.
+
+    Schema 3 (containerd 2.x) splits the CRI plugin: the sandbox image is
+    ``io.containerd.cri.v1.images``' ``pinned_images.sandbox``, the runtime settings are in
+    ``io.containerd.cri.v1.runtime``. A package without a config gets containerd's schema for
+    its generation from the packaged default (``containerd config default``), written by the caller.
+    """
     document = tomlkit.parse(config.read_text())
     plugins = document.setdefault("plugins", tomlkit.table())
-    cri = plugins.setdefault("io.containerd.grpc.v1.cri", tomlkit.table())
-    for key, value in CRI_SETTINGS.items():
-        cri[key] = value
+    if int(document.get("version", 1)) >= 3:
+        images = plugins.setdefault("io.containerd.cri.v1.images", tomlkit.table())
+        images.setdefault("pinned_images", tomlkit.table())["sandbox"] = CRI_SETTINGS["sandbox_image"]
+        runtime = plugins.setdefault("io.containerd.cri.v1.runtime", tomlkit.table())
+        runtime["restrict_oom_score_adj"] = CRI_SETTINGS["restrict_oom_score_adj"]
+    else:
+        cri = plugins.setdefault("io.containerd.grpc.v1.cri", tomlkit.table())
+        for key, value in CRI_SETTINGS.items():
+            cri[key] = value
     config.write_text(tomlkit.dumps(document))
 
 
-def prepare_images(paths: SimPaths, runtimes: set[str], say: Callable[[str], None]) -> None:
-    """Make the base image and the layers the given runtimes need ready, from cache when possible."""
-    _cached(paths, f"base-{SUITE}", _base_digest(), paths.base_rootfs,
-            lambda target: _debootstrap(target, say), say)
-    needed = {layer for runtime in runtimes for layer in RUNTIME_LAYERS[runtime]}
-    for layer in LAYER_ORDER:
-        if layer not in needed:
-            continue
+def prepare_images(paths: SimPaths, images: set[tuple[str, str]], say: Callable[[str], None]) -> None:
+    """Make the base images and layers the given (os, runtime) pairs need ready, from cache when possible."""
+    for os_name in sorted({os_name for os_name, _ in images}):
+        suite = OPERATING_SYSTEMS[os_name]
+        _cached(paths, f"base-{suite}", _base_digest(suite), base_rootfs(paths, os_name),
+                lambda target, suite=suite: _debootstrap(target, suite, say), say)
+        needed = {layer for image_os, runtime in images if image_os == os_name for layer in RUNTIME_LAYERS[runtime]}
+        for layer in LAYER_ORDER:
+            if layer not in needed:
+                continue
 
-        def build(target: Path, layer: str = layer) -> None:
-            say(f"building the {layer} layer (once per machine)")
-            if layer == "sim":
-                _build_sim_layer(paths, target)
-            else:
-                _build_runtime_layer(paths, layer, target)
+            def build(target: Path, layer: str = layer, os_name: str = os_name) -> None:
+                say(f"building the {layer} layer on {os_name} (once per machine)")
+                if layer == "sim":
+                    _build_sim_layer(paths, os_name, target)
+                else:
+                    _build_runtime_layer(paths, os_name, layer, target)
 
-        _cached(paths, f"layer-{layer}", _layer_digest(layer), paths.layer(layer), build, say)
+            _cached(paths, _cache_name(f"layer-{layer}", os_name), _layer_digest(layer, suite),
+                    layer_dir(paths, os_name, layer), build, say)
 
 
-def lower_dirs(paths: SimPaths, runtime: str) -> list[Path]:
-    """The read-only layers of a node with ``runtime``, topmost first."""
+def lower_dirs(paths: SimPaths, os_name: str, runtime: str) -> list[Path]:
+    """The read-only layers of a node with ``runtime`` on ``os_name``, topmost first."""
     if runtime not in RUNTIME_LAYERS:
         raise GpunodeError(f"no image for runtime {runtime!r}")
-    return [paths.layer("tools")] + [paths.layer(layer) for layer in RUNTIME_LAYERS[runtime]] + [paths.base_rootfs]
+    return ([paths.layer("tools")] + [layer_dir(paths, os_name, layer) for layer in RUNTIME_LAYERS[runtime]]
+            + [base_rootfs(paths, os_name)])

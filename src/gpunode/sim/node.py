@@ -37,7 +37,7 @@ import yaml
 from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
 from gpunode.sim.egress import node_address
 from gpunode.sim.gpus import driver_state
-from gpunode.sim.images import lower_dirs
+from gpunode.sim.images import layer_dir, lower_dirs
 from gpunode.sim.oci import archive_digest
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive, signal_group, signal_pid
@@ -183,7 +183,7 @@ class SimNode:
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
             "etc/gpunode-sim/kubelet.json": json.dumps({
                 "node": self.spec.name, "address": self.spec.address, "kubelet_version": kubelet_version(),
-                "runtime_version": runtime_version(self.paths, self.spec.runtime),
+                "runtime_version": runtime_version(self.paths, self.spec.os, self.spec.runtime),
                 **({"plugin_image": plugin_reference(plugin)} if plugin and not real else {})},
                 indent=2) + "\n",
             **node_credentials(self.paths, self.spec.name, self.spec.address),
@@ -216,7 +216,7 @@ class SimNode:
             "merged": str(self.dir / "merged"),
             "upper": str(self.upper),
             "work": str(self.dir / "work"),
-            "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.runtime)],
+            "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.os, self.spec.runtime)],
             "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
             "code_binds": binds,
             "boot_id": boot_id,
@@ -358,10 +358,10 @@ def kubelet_version() -> str:
     return f"v{KUBERNETES_VERSION}-gpunode-sim"
 
 
-def runtime_version(paths: SimPaths, runtime: str) -> str:
+def runtime_version(paths: SimPaths, os_name: str, runtime: str) -> str:
     """``containerd://1.6.20~ds1-1+b1`` as the kubelet reports it, from the runtime layer's dpkg status."""
     package = {"containerd": "containerd", "docker": "docker.io"}.get(runtime, runtime)
-    status = paths.layer(runtime) / "var/lib/dpkg/status"
+    status = layer_dir(paths, os_name, runtime) / "var/lib/dpkg/status"
     version = "unknown"
     if status.exists():
         for block in status.read_text().split("\n\n"):

@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 OLD_ROOT = ".gpunode-oldroot"
+# What a node's init starts with, as a booted machine's PID 1 does: not the host's environment (the
+# simulator's PYTHONPATH names the host's Python, which broke the nodes' own python3 of another version).
+INIT_ENVIRONMENT = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 # Machine-wide kernel settings a real kubelet wants (it would write them, or with protectKernelDefaults refuse to
 # start when they differ). Inside a node, files with these values are bound read-only over them: the kubelet
 # reads what it wants, and nothing in a node can change the machine's settings.
@@ -115,8 +118,8 @@ def boot(plan: dict) -> None:
     (merged / OLD_ROOT).mkdir(exist_ok=True)
     sh("pivot_root", ".", OLD_ROOT)
     os.chdir("/")
-    os.execv("/bin/sh", ["/bin/sh", "-c",
-                         f"umount -l /{OLD_ROOT} && rmdir /{OLD_ROOT}; exec /usr/local/sbin/sim-init"])
+    boot_script = f"umount -l /{OLD_ROOT} && rmdir /{OLD_ROOT}; exec /usr/local/sbin/sim-init"
+    os.execve("/bin/sh", ["/bin/sh", "-c", boot_script], INIT_ENVIRONMENT)
 
 
 def main() -> int:

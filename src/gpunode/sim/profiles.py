@@ -18,7 +18,10 @@ from gpunode.errors import GpunodeError
 from gpunode.sim.gpus import FAULTS, MODELS
 
 RUNTIMES = ("containerd", "docker")
-PROFILE_KEYS = {"runtime", "gpu", "driver", "nvswitch", "faults"}
+# The Debian release a node's image is built from, by the name a profile gives it.
+OPERATING_SYSTEMS = {"debian12": "bookworm", "debian13": "trixie", "debian-unstable": "sid"}
+DEFAULT_OS = "debian12"
+PROFILE_KEYS = {"os", "runtime", "gpu", "driver", "nvswitch", "faults"}
 GPU_KEYS = {"model", "count", "mig"}
 DRIVER_KEYS = {"version", "module_version", "cuda_version", "kernel_module", "previous_version"}
 NVSWITCH_KEYS = {"count", "fabricmanager_version"}
@@ -38,6 +41,10 @@ class NodeSpec:
     @property
     def runtime(self) -> str:
         return self.profile["runtime"]
+
+    @property
+    def os(self) -> str:
+        return self.profile.get("os", DEFAULT_OS)
 
     @property
     def address(self) -> str:
@@ -85,6 +92,10 @@ def _check_keys(ref: str, where: str, data: object, allowed: set[str]) -> dict:
 
 def validate_profile(ref: str, data: dict) -> dict:
     data = dict(_check_keys(ref, "", data, PROFILE_KEYS))
+    os_name = data.setdefault("os", DEFAULT_OS)
+    if os_name not in OPERATING_SYSTEMS:
+        raise GpunodeError(f"profile {ref}: os {os_name!r} is not simulated",
+                           f"use one of: {', '.join(OPERATING_SYSTEMS)}")
     runtime = data.setdefault("runtime", "containerd")
     if runtime not in RUNTIMES:
         raise GpunodeError(f"profile {ref}: runtime {runtime!r} is not simulated",
