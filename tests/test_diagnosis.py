@@ -250,9 +250,9 @@ def test_stopped_runtime() -> None:
     ('{"runtimes": ', {}, {"config-invalid"}),
 ])
 def test_docker_diagnosis(text: str | None, settings: dict, codes: set) -> None:
-    state = {"installed": ["containerd", "docker"], "active": {"docker": "active", "containerd": "active"},
-             "containerd_config": None, "containerd_dropins": {}, "containerd_dump": None,
-             "containerd_default": None, "docker_config": text}
+    state = {"installed": ["containerd", "docker", "docker-cli"],
+             "active": {"docker": "active", "containerd": "active"}, "containerd_config": None,
+             "containerd_dropins": {}, "containerd_dump": None, "containerd_default": None, "docker_config": text}
     assert {f.code for f in failures(runtime_diagnosis.diagnose(state, NodeSettings(**settings)))} == codes
 
 
@@ -329,10 +329,23 @@ def test_a_drop_in_that_is_not_imported_is_explained() -> None:
 
 
 def test_docker_nvidia_runtime_with_another_binary_is_not_called_missing() -> None:
-    state = {"installed": ["docker"], "active": {"docker": "active"}, "containerd_config": None,
+    state = {"installed": ["docker", "docker-cli"], "active": {"docker": "active"}, "containerd_config": None,
              "containerd_dropins": {}, "containerd_dump": None, "containerd_default": None,
              "docker_config": '{"runtimes": {"nvidia": {"path": "/opt/other/runtime"}}}'}
     findings = failures(runtime_diagnosis.diagnose(state, NodeSettings()))
     assert findings[0].what == "/etc/docker/daemon.json's nvidia runtime runs '/opt/other/runtime', not " \
                                "/usr/bin/nvidia-container-runtime"
     assert "/etc/docker/daemon.json: runtimes = nvidia" in findings[0].evidence
+
+
+def test_docker_without_its_client_is_named_before_anything_is_changed() -> None:
+    """Debian unstable's docker.io 28 only recommends docker-cli: the daemon runs, nothing can ask it."""
+    state = {"installed": ["containerd", "docker"], "active": {"docker": "active", "containerd": "active"},
+             "containerd_config": None, "containerd_dropins": {}, "containerd_dump": None, "containerd_default": None,
+             "docker_config": None}
+    findings = failures(runtime_diagnosis.diagnose(state, NodeSettings()))
+    assert [f.code for f in findings] == ["docker-cli-missing"]
+    assert findings[0].evidence == ["command -v docker: not found (installed: containerd, docker)"]
+    assert "apt-get install docker-cli" in findings[0].fix
+    state["installed"].append("docker-cli")
+    assert "docker-cli-missing" not in {f.code for f in failures(runtime_diagnosis.diagnose(state, NodeSettings()))}

@@ -287,6 +287,12 @@ def diagnose_docker(state: dict, settings: NodeSettings) -> tuple[list[Finding],
     if not isinstance(config, dict):
         return [fail("config-invalid", f"{DOCKER_CONFIG} is JSON but not an object: gpunode will not touch it",
                      [f"{DOCKER_CONFIG}: a {type(config).__name__}"], f"repair {DOCKER_CONFIG} by hand")], []
+    if "docker-cli" not in state["installed"]:
+        return [fail("docker-cli-missing", "docker's client (the docker command) is not installed: without it "
+                     "nothing on the node, gpunode included, can ask the daemon whether it runs after a restart",
+                     [f"command -v docker: not found (installed: {', '.join(state['installed'])})"],
+                     "apt-get install docker-cli (Debian unstable's docker.io only recommends it; an install "
+                     "with --no-install-recommends leaves it out), then re-run deploys/runtime.py")], []
     findings = []
     runtimes = config.get("runtimes") if isinstance(config.get("runtimes"), dict) else {}
     nvidia = runtimes.get("nvidia")

@@ -45,13 +45,16 @@ class RuntimeConfig(FactBase):
     .. code:: python
 
         {
-            "installed": ["containerd", "docker"], "active": {"containerd": "active", "docker": "active"},
+            "installed": ["containerd", "docker", "docker-cli"], "active": {"containerd": "active", "docker": "active"},
             "containerd_config": "version = 2 ...",        # None when the file is absent
             "containerd_dropins": {"/etc/containerd/conf.d/99-nvidia.toml": "..."},
             "containerd_dump": {"rc": 0, "text": "...",    # stdout; None when containerd is not installed
                                 "stderr": ""},             # its warnings and errors, apart from the TOML
             "containerd_default": "...",                   # 'containerd config default', only when the
                                                            # config is absent or has no runc runtime
+            "containerd_migrated": "...",                  # 'containerd config migrate' (containerd 2.x: the
+                                                           # config in the newest schema), same condition;
+                                                           # None on 1.x, which has no such command
             "docker_config": "{...}",                      # None when /etc/docker/daemon.json is absent
             "cri_status": "ok",                            # containerd's CRI plugin (ctr plugins ls): ok, error,
                                                            # "absent" (no cri listed), "unanswered (...)";
@@ -64,7 +67,8 @@ class RuntimeConfig(FactBase):
         return "; ".join([
             section("installed"),
             "command -v containerd >/dev/null 2>&1 && echo containerd;"
-            " command -v dockerd >/dev/null 2>&1 && echo docker; command -v crio >/dev/null 2>&1 && echo crio",
+            " command -v dockerd >/dev/null 2>&1 && echo docker; command -v crio >/dev/null 2>&1 && echo crio;"
+            " command -v docker >/dev/null 2>&1 && echo docker-cli",  # docker's client, packaged apart on newer Debian
             section("active"),
             "gpunode_active=$(systemctl is-active containerd docker crio 2>/dev/null);"
             " printf '%s\\n' \"$gpunode_active\" | paste -d' ' - - - |"
@@ -80,6 +84,9 @@ class RuntimeConfig(FactBase):
             section("containerd_default"),
             f"if command -v containerd >/dev/null 2>&1 && ! grep -qs 'runtimes.runc' {CONTAINERD_CONFIG}; then"
             " containerd config default 2>/dev/null; fi",
+            section("containerd_migrated"),  # printed only when containerd knows the command (2.x)
+            f"if command -v containerd >/dev/null 2>&1 && ! grep -qs 'runtimes.runc' {CONTAINERD_CONFIG}; then"
+            " gpunode_migrated=$(containerd config migrate 2>/dev/null) && printf '%s\n' \"$gpunode_migrated\"; fi",
             section("docker_config"), _encoded(DOCKER_CONFIG),
             section("containerd_version"),
             "if command -v containerd >/dev/null 2>&1; then containerd --version 2>/dev/null; fi",
@@ -106,6 +113,7 @@ class RuntimeConfig(FactBase):
         dump = parts.get("containerd_dump")
         rc, dump_lines = exit_code(dump or [])
         default = parts.get("containerd_default") or []
+        migrated = parts.get("containerd_migrated") or []
         active = {}
         for line in parts.get("active", []):
             name, _, value = line.partition(" ")
@@ -119,6 +127,7 @@ class RuntimeConfig(FactBase):
                 "rc": rc, "text": "\n".join(dump_lines),
                 "stderr": "\n".join(parts.get("containerd_dump_stderr") or [])},
             "containerd_default": "\n".join(default) + "\n" if default else None,
+            "containerd_migrated": "\n".join(migrated) + "\n" if migrated else None,
             "docker_config": decoded(parts.get("docker_config")),
             "cri_status": (parts.get("cri") or [None])[0],
             "containerd_version": containerd_version(parts.get("containerd_version") or []),

@@ -33,7 +33,7 @@ READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\"{n
 # changes nothing; a CRI plugin that is off, or an nvidia runtime hand-edited away from runc's options, is the
 # admin's to decide
 BLOCKING = ("config-invalid", "config-rejected", "dump-unreadable", "no-runtime", "cdi-unsupported", "cri-disabled",
-            "cri-plugin-missing", "nvidia-options-differ")
+            "cri-plugin-missing", "nvidia-options-differ", "docker-cli-missing")
 
 
 def backup_dir(stamp: str) -> str:
@@ -71,20 +71,53 @@ def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str | None
     return tomlkit.dumps(document)
 
 
-def keeping_existing(base: str, existing: str | None) -> str:
-    """``base`` (containerd's default config) with every value the existing config sets laid over it.
+def carried_settings(existing: str | None, default: str, migrated: str | None = None) -> dict:
+    """What the existing config sets, in the schema of containerd's default config; {} when none can be carried.
 
-    An admin's settings (sandbox image, oom_score_adj, registry mirrors...) survive the move to a full
-    config. Only for the same schema version: a schema-1 config's keys mean other tables in schema 2.
+    In the same schema that is the whole existing config. containerd 2.x reads an older schema by
+    migrating it; its own migration (``containerd config migrate``) says where each setting goes in the
+    new one, and what it holds apart from the defaults is the admin's. A schema-1 config on containerd
+    1.x has no such migration: its keys mean other tables, so nothing is carried (the old file is backed up).
     """
     if not existing or not existing.strip():
+        return {}
+    try:
+        current = tomllib.loads(existing)
+        fresh = tomllib.loads(default)
+    except ValueError:
+        return {}
+    version = int(fresh.get("version", 2))
+    if int(current.get("version", 1)) == version:
+        return current
+    try:
+        moved = tomllib.loads(migrated or "")
+    except ValueError:
+        return {}
+    return _differing(moved, fresh) if int(moved.get("version", 1)) == version else {}
+
+
+def _differing(values: dict, defaults: dict) -> dict:
+    """The part of ``values`` that is not the same in ``defaults``, table by table."""
+    found = {}
+    for key, value in values.items():
+        default = defaults.get(key)
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = _differing(value, default)
+            if inner:
+                found[key] = inner
+        elif key not in defaults or value != default:
+            found[key] = value
+    return found
+
+
+def keeping_existing(base: str, settings: dict) -> str:
+    """``base`` (containerd's default config) with every value of ``settings`` (:func:`carried_settings`) laid
+    over it: an admin's sandbox image, oom_score_adj or registry mirrors survive the move to a full config."""
+    if not settings:
         return base
     try:
         document = tomlkit.parse(base)
-        current = tomllib.loads(existing)
-    except (ValueError, tomlkit.exceptions.TOMLKitError):
-        return base
-    if int(current.get("version", 1)) != int(document.get("version", 2)):
+    except tomlkit.exceptions.TOMLKitError:
         return base
 
     def lay(target: dict, values: dict) -> None:
@@ -94,7 +127,7 @@ def keeping_existing(base: str, existing: str | None) -> str:
             else:
                 target[key] = value
 
-    lay(document, current)
+    lay(document, settings)
     return tomlkit.dumps(document)
 
 
@@ -149,12 +182,14 @@ def nvidia_runtime(settings: NodeSettings, stamp: str):
     yield backup_command(touched, stamp)
 
     if runtime == "containerd" and "base-config-missing" in codes:
-        base = with_systemd_cgroup(state["containerd_default"] or "", settings.containerd_systemd_cgroup)
+        default = state["containerd_default"] or ""
+        base = with_systemd_cgroup(default, settings.containerd_systemd_cgroup)
         if base is None:
             yield failing_command("containerd's config has no runc runtime and 'containerd config default' gave "
                                   "no usable base config; write one by hand")
             return
-        yield from upload(keeping_existing(base, state["containerd_config"]), CONTAINERD_CONFIG)
+        carried = carried_settings(state["containerd_config"], default, state.get("containerd_migrated"))
+        yield from upload(keeping_existing(base, carried), CONTAINERD_CONFIG)
     if runtime == "docker" and state["docker_config"] is not None and not state["docker_config"].strip():
         yield from upload("{}\n", DOCKER_CONFIG)  # nvidia-ctk fails on an empty daemon.json ('EOF')
 
