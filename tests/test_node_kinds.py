@@ -1,0 +1,143 @@
+"""End to end on the nodes users run: containerd 1.6, 1.7 and 2.x, docker 28, Debian 12, 13 and unstable.
+
+One fleet mixes every generation: each containerd release gets the toolkit's in-place layout (1.17.8)
+on one node and its drop-in layout (1.20.0) on another, where both are simulated. Bootstrap, a
+no-op re-run, verify, a GPU pod on every node and doctor's healthy verdict, per pin.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import block, gpunode
+from .test_provisioning import INVENTORY, failing
+
+pytestmark = pytest.mark.fleet
+
+# node -> (profile, toolkit pin, what runs there); the README's distribution table is these rows
+NODES = {
+    "node01": ("a100x4-containerd17", "1.17.8-1", "Debian 13, containerd 1.7.24"),
+    "node02": ("h100x8-containerd2", "1.17.8-1", "Debian unstable, containerd 2.1.9"),
+    "node03": ("a40x2-docker28", "1.17.8-1", "Debian unstable, docker 28.5.2"),
+    "node04": ("a100x4-containerd", "1.20.0-1", "Debian 12, containerd 1.6.20"),
+    "node05": ("a100x4-containerd17", "1.20.0-1", "Debian 13, containerd 1.7.24"),
+    "node06": ("h100x8-containerd2", "1.20.0-1", "Debian unstable, containerd 2.1.9"),
+}
+PINS = sorted({pin for _, pin, _ in NODES.values()})
+
+
+def pinned(pin: str) -> list[str]:
+    """The command-line arguments that address the nodes at ``pin`` with that pin."""
+    return ["--limit", ",".join(n for n, (_, p, _) in NODES.items() if p == pin), "--data", f"toolkit_version={pin}"]
+
+
+@pytest.fixture(scope="module")
+def mixed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    folder = tmp_path_factory.mktemp("kinds")
+    fleet_file = folder / "fleet.yaml"
+    fleet_file.write_text(json.dumps({"nodes": {name: profile for name, (profile, _, _) in NODES.items()}}))
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(folder / "sim"), "GPUNODE_SIM_NET": block(sim_env, 3)}
+    info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
+    info["env"] = env
+    try:
+        yield info
+    finally:
+        gpunode("sim", "down", env=env, check=False)
+
+
+def ssh(fleet: dict, node: str, command: str) -> str:
+    result = subprocess.run(["ssh", "-F", fleet["ssh_config"], node, command], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, f"{node}: {command}\n{result.stderr}"
+    return result.stdout
+
+
+def deploy(fleet: dict, tmp_path: Path, pin: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    report = tmp_path / f"deploy-{pin}.json"
+    report.unlink(missing_ok=True)
+    result = gpunode("deploy", INVENTORY, *pinned(pin), "--report", str(report), env=fleet["env"], check=False)
+    return result, (json.loads(report.read_text())["hosts"] if report.exists() else {})
+
+
+def test_every_node_kind_comes_up_with_its_release(mixed: dict) -> None:
+    runtimes = {node["name"]: node for node in mixed["nodes"]}
+    assert all(node["error"] is None for node in runtimes.values()), runtimes
+    kubectl = gpunode("sim", "kubectl", "get", "nodes", "-o", "json", env=mixed["env"]).stdout
+    seen = {item["metadata"]["name"]: item["status"]["nodeInfo"] for item in json.loads(kubectl)["items"]}
+    for name, (_, _, what) in NODES.items():
+        release, runtime = what.split(", ")
+        assert seen[name]["osImage"].startswith("Debian GNU/Linux"), seen[name]
+        expected = {"Debian 12": "12 (bookworm)", "Debian 13": "13 (trixie)", "Debian unstable": "sid"}[release]
+        assert expected in seen[name]["osImage"], (name, seen[name]["osImage"])
+        kind, version = runtime.split(" ")
+        assert seen[name]["containerRuntimeVersion"].startswith(f"{kind}://{version}"), (name, seen[name])
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_bootstrap_then_no_op_on_every_generation(mixed: dict, tmp_path: Path, pin: str) -> None:
+    result, report = deploy(mixed, tmp_path, pin)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    nodes = [n for n, (_, p, _) in NODES.items() if p == pin]
+    for node in nodes:
+        changed = " | ".join(report[node]["changed"])
+        assert "pinned version" in changed and "Restart the container runtime" in changed, (node, changed)
+    again, report = deploy(mixed, tmp_path, pin)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert {node: report[node]["changed"] for node in nodes} == {node: [] for node in nodes}
+
+
+def test_the_nvidia_runtime_sits_under_each_generations_cri_plugin(mixed: dict) -> None:
+    for node, (profile, pin, what) in NODES.items():
+        if "docker" in profile:
+            daemon = json.loads(ssh(mixed, node, "cat /etc/docker/daemon.json"))
+            assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime", (node, daemon)
+            continue
+        effective = tomllib.loads(ssh(mixed, node, "containerd config dump"))
+        plugin = "io.containerd.cri.v1.runtime" if "containerd 2." in what else "io.containerd.grpc.v1.cri"
+        runtimes = effective["plugins"][plugin]["containerd"]["runtimes"]
+        assert runtimes["nvidia"]["options"]["BinaryName"] == "/usr/bin/nvidia-container-runtime", (node, runtimes)
+        dropin = ssh(mixed, node, "ls /etc/containerd/conf.d/ 2>/dev/null || true").split()
+        assert ("99-nvidia.toml" in dropin) == (pin == "1.20.0-1"), (node, pin, dropin)
+
+
+def test_on_containerd_2_the_admins_schema_2_settings_survive_the_base_config(mixed: dict) -> None:
+    """Debian unstable packages a schema-2 config; the base config is containerd's own migration of it."""
+    for node in ("node02", "node06"):
+        written = tomllib.loads(ssh(mixed, node, "cat /etc/containerd/config.toml"))
+        assert written["version"] == 3
+        images = written["plugins"]["io.containerd.cri.v1.images"]
+        assert images["pinned_images"]["sandbox"] == "registry.k8s.io/pause:3.10.1", (node, images)
+        runtime = written["plugins"]["io.containerd.cri.v1.runtime"]
+        assert runtime["restrict_oom_score_adj"] is True and runtime["cni"]["bin_dirs"] == ["/usr/lib/cni"]
+        kept = ssh(mixed, node, "ls /var/backups/gpunode/*/etc/containerd/config.toml | head -1").strip()
+        assert tomllib.loads(ssh(mixed, node, f"cat {kept}"))["version"] == 2  # the packaged file, backed up
+
+
+@pytest.mark.parametrize("pin", PINS)
+def test_verify_and_doctor_pass_on_every_generation(mixed: dict, tmp_path: Path, pin: str) -> None:
+    out = tmp_path / "verify.json"
+    result = gpunode("verify", INVENTORY, "--json", str(out), *pinned(pin), env=mixed["env"], check=False)
+    results = json.loads(out.read_text())
+    assert result.returncode == 0 and failing(results) == {}, failing(results)
+    nodes = [n for n, (_, p, _) in NODES.items() if p == pin]
+    assert sorted(results["hosts"]) == sorted(nodes)
+    doctor = gpunode("doctor", INVENTORY, "--json", *pinned(pin), env=mixed["env"], check=False)
+    report = json.loads(doctor.stdout)
+    assert doctor.returncode == 0 and report["problems"] == [], report["problems"]
+    assert {node: report["nodes"][node] for node in nodes} == dict.fromkeys(nodes, "ok"), report["nodes"]
+
+
+def test_a_gpu_pod_runs_on_every_node(mixed: dict) -> None:
+    models = {"a100x4": "NVIDIA A100-SXM4-40GB", "h100x8": "NVIDIA H100 80GB HBM3", "a40x2": "NVIDIA A40"}
+    for node, (profile, _, _) in NODES.items():
+        result = gpunode("sim", "run", f"gpu-{node}", "--node-selector", f"kubernetes.io/hostname={node}", "--",
+                         "nvidia-smi", "-L", env=mixed["env"], check=False, timeout=180)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0 and f"on {node}: Succeeded" in output, (node, output)
+        assert f"GPU 0: {models[profile.split('-')[0]]} (UUID: GPU-" in output, (node, output)
