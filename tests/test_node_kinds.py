@@ -34,7 +34,8 @@ PINS = sorted({pin for _, pin, _ in NODES.values()})
 
 def pinned(pin: str) -> list[str]:
     """The command-line arguments that address the nodes at ``pin`` with that pin."""
-    return ["--limit", ",".join(n for n, (_, p, _) in NODES.items() if p == pin), "--data", f"toolkit_version={pin}"]
+    limits = [arg for node, (_, at, _) in NODES.items() if at == pin for arg in ("--limit", node)]
+    return [*limits, "--data", f"toolkit_version={pin}"]
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +131,8 @@ def test_verify_and_doctor_pass_on_every_generation(mixed: dict, tmp_path: Path,
     doctor = gpunode("doctor", INVENTORY, "--json", *pinned(pin), env=mixed["env"], check=False)
     report = json.loads(doctor.stdout)
     assert doctor.returncode == 0 and report["problems"] == [], report["problems"]
-    assert {node: report["nodes"][node] for node in nodes} == dict.fromkeys(nodes, "ok"), report["nodes"]
+    assert {node: report["nodes"][node] for node in nodes} == dict.fromkeys(
+        nodes, "ok: every link from the driver to allocatable GPUs holds"), report["nodes"]
 
 
 def test_a_gpu_pod_runs_on_every_node(mixed: dict) -> None:
