@@ -28,6 +28,8 @@ NODES = {
     "node04": ("a100x4-containerd", "1.20.0-1", "Debian 12, containerd 1.6.20"),
     "node05": ("a100x4-containerd17", "1.20.0-1", "Debian 13, containerd 1.7.24"),
     "node06": ("h100x8-containerd2", "1.20.0-1", "Debian unstable, containerd 2.1.9"),
+    "node07": ("a40x2-docker28", "1.20.0-1", "Debian unstable, docker 28.5.2"),
+    "node08": ("v100x2-docker", "1.20.0-1", "Debian 12, docker 20.10.24"),
 }
 PINS = sorted({pin for _, pin, _ in NODES.values()})
 
@@ -136,7 +138,8 @@ def test_verify_and_doctor_pass_on_every_generation(mixed: dict, tmp_path: Path,
 
 
 def test_a_gpu_pod_runs_on_every_node(mixed: dict) -> None:
-    models = {"a100x4": "NVIDIA A100-SXM4-40GB", "h100x8": "NVIDIA H100 80GB HBM3", "a40x2": "NVIDIA A40"}
+    models = {"a100x4": "NVIDIA A100-SXM4-40GB", "h100x8": "NVIDIA H100 80GB HBM3", "a40x2": "NVIDIA A40",
+              "v100x2": "Tesla V100-SXM2-32GB"}
     for node, (profile, _, _) in NODES.items():
         result = gpunode("sim", "run", f"gpu-{node}", "--node-selector", f"kubernetes.io/hostname={node}", "--",
                          "nvidia-smi", "-L", env=mixed["env"], check=False, timeout=180)
