@@ -69,6 +69,7 @@ def test_bad_fleet_input_names_the_problem(tmp_path: Path, count: int | None, fl
         ("gpu: {count: 1, modle: t4}\n", "unknown key gpu.'modle'"),
         ("gpus: 4\n", "unknown key 'gpus'"),
         ("faults: [melted]\n", "unknown fault"),
+        ("os: ubuntu24.04\n", "os 'ubuntu24.04' is not simulated"),
     ],
 )
 def test_bad_profile_names_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -113,3 +114,11 @@ def test_fabricmanager_down_fault() -> None:
     profile = dict(load_profile("h100x8-nvswitch"), faults=["fabricmanager-down"])
     state = driver_state("node01", profile)
     assert state["fabric"]["state"] == "In Progress" and not state["fabricmanager"]["running"]
+
+
+def test_a_profile_names_its_node_os_and_debian_12_is_the_default(tmp_path: Path) -> None:
+    specs = plan_fleet(None, None, ["node01=h100x8-containerd2", "node02=a100x4-containerd17"])
+    assert [(s.name, s.os, s.runtime) for s in specs] == [
+        ("node01", "debian-unstable", "containerd"), ("node02", "debian13", "containerd"),
+        ("node03", "debian12", "containerd")]
+    assert load_profile("a40x2-docker28")["os"] == "debian-unstable"

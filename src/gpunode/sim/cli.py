@@ -13,7 +13,7 @@ from gpunode.errors import GpunodeError
 from gpunode.sim import fleet
 from gpunode.sim.gpus import FAULTS, MODELS
 from gpunode.sim.paths import SimPaths
-from gpunode.sim.profiles import builtin_profiles, plan_fleet
+from gpunode.sim.profiles import OPERATING_SYSTEMS, builtin_profiles, plan_fleet
 
 
 def say(message: str) -> None:
@@ -287,6 +287,7 @@ def profiles() -> None:
       gpunode sim profiles
     """
     click.echo("profiles: " + ", ".join(builtin_profiles()))
+    click.echo("node os: " + ", ".join(f"{k} ({suite})" for k, suite in OPERATING_SYSTEMS.items()))
     click.echo("gpu models: " + ", ".join(f"{k} ({m.product_name})" for k, m in MODELS.items()))
     click.echo("faults:")
     for name, meaning in FAULTS.items():
