@@ -120,7 +120,7 @@ GOOD_LIST = ["deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyrin
       "stale_lists": ["/etc/apt/sources.list.d/nvidia-docker.list"]}, ["Conflicting values set for option Signed-By"]),
 ])
 def test_toolkit_repo_diagnosis(state: dict, expected: list[str]) -> None:
-    findings = repo_diagnosis.diagnose(state, NodeSettings())
+    findings = repo_diagnosis.diagnose({"family": "deb", **state}, NodeSettings())
     failed = failures(findings)
     assert len(failed) == len(expected)
     for finding, text in zip(failed, expected, strict=True):
@@ -144,7 +144,8 @@ PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvi
     ({p: "1.17.8-1" for p in PACKAGES}, [], False, []),
 ])
 def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: list[str]) -> None:
-    findings = toolkit_diagnosis.diagnose({"versions": versions, "held": held}, NodeSettings(toolkit_hold=hold))
+    findings = toolkit_diagnosis.diagnose({"family": "deb", "versions": versions, "held": held, "locks": {}},
+                                          NodeSettings(toolkit_hold=hold))
     failed = failures(findings)
     assert [e for e, f in zip(expected, failed, strict=True) if e in f.what] == expected
     if not expected:
@@ -257,7 +258,7 @@ def test_docker_diagnosis(text: str | None, settings: dict, codes: set) -> None:
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ({"toolkit_version": "1.17.8"}, "is not a Debian package version"),
+    ({"toolkit_version": "1.17.8"}, "is not a package version"),
     ({"toolkit_key_fingerprint": "c95b 321b"}, "is not a 40-hex-digit fingerprint"),
     ({"container_runtime": "podman"}, "container_runtime 'podman' is not supported"),
     ({"nvidia_runtime_default": "maybe"}, "nvidia_runtime_default must be true or false"),
@@ -349,3 +350,51 @@ def test_docker_without_its_client_is_named_before_anything_is_changed() -> None
     assert "apt-get install docker-cli" in findings[0].fix
     state["installed"].append("docker-cli")
     assert "docker-cli-missing" not in {f.code for f in failures(runtime_diagnosis.diagnose(state, NodeSettings()))}
+
+
+RPM_REPO = ["[nvidia-container-toolkit]", "name=NVIDIA Container Toolkit",
+            "baseurl=https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch", "enabled=1", "gpgcheck=1",
+            "repo_gpgcheck=1", "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"]
+RPM_OK = {"family": "rpm", "os_release": "ID=rocky ID_LIKE=rhel centos fedora", "keyring_fingerprints": [],
+          "list": None, "stale_lists": [], "repo_file": RPM_REPO,
+          "rpm_key_fingerprints": ["C95B321B61E88C1809C4F759DDCAE044F796ECB0"], "rpm_trusted_keys": ["f796ecb0"],
+          "stale_repos": []}
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({}, []),
+    ({"rpm_key_fingerprints": []}, ["key file /etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit is missing"]),
+    ({"rpm_key_fingerprints": ["0" * 40]}, ["holds a key other than the pinned one"]),
+    ({"rpm_trusted_keys": ["fd431d51"]}, ["rpm does not trust the toolkit key"]),
+    ({"repo_file": None}, ["repository file /etc/yum.repos.d/nvidia-container-toolkit.repo is missing"]),
+    ({"repo_file": [line.replace("gpgcheck=1", "gpgcheck=0") for line in RPM_REPO]}, ["is not the pinned one"]),
+    ({"stale_repos": ["/etc/yum.repos.d/nvidia-docker.repo"]}, ["stale NVIDIA repository files"]),
+    ({"family": None, "os_release": "ID=arch"}, ["cannot tell whether this host installs packages with apt or dnf"]),
+])
+def test_toolkit_repo_diagnosis_on_the_rpm_family(changes: dict, expected: list[str]) -> None:
+    findings = repo_diagnosis.diagnose({**RPM_OK, **changes}, NodeSettings())
+    failed = failures(findings)
+    assert [text for text, finding in zip(expected, failed, strict=True) if text in finding.what] == expected
+    if not expected:  # the proof says which family and quotes the key, the trust and the file as read
+        evidence = " | ".join(findings[-1].evidence)
+        assert "(dnf)" in evidence and "C95B321B61E88C1809C4F759DDCAE044F796ECB0" in evidence
+        assert "gpg-pubkey-f796ecb0" in evidence and "repo_gpgcheck=1" in evidence
+    if changes.get("family", "rpm") is None:
+        assert failed[0].evidence == ["/etc/os-release: ID=arch"]
+
+
+@pytest.mark.parametrize(("locks", "expected"), [
+    ({p: "1.17.8-1" for p in PACKAGES}, []),
+    ({}, ["not held"]),
+    ({**{p: "1.17.8-1" for p in PACKAGES}, "libnvidia-container1": "1.20.0-1"}, ["dnf versionlock holds"]),
+])
+def test_toolkit_diagnosis_reads_dnf_versionlock_as_the_hold(locks: dict, expected: list[str]) -> None:
+    state = {"family": "rpm", "versions": dict.fromkeys(PACKAGES, "1.17.8-1"),
+             "held": sorted(n for n, v in locks.items() if v), "locks": locks}
+    findings = toolkit_diagnosis.diagnose(state, NodeSettings())
+    failed = failures(findings)
+    assert [text for text, finding in zip(expected, failed, strict=True) if text in finding.what] == expected
+    if expected == ["not held"]:
+        assert "dnf versionlock add" in failed[0].fix
+    if not expected:
+        assert all("rpm -q" in line and "locked (dnf versionlock)" in line for line in findings[-1].evidence)

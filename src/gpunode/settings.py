@@ -16,9 +16,15 @@ from gpunode.errors import GpunodeError
 
 NVIDIA_KEY_URL = "https://nvidia.github.io/libnvidia-container/gpgkey"
 NVIDIA_REPOSITORY_URL = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+NVIDIA_RPM_REPOSITORY_URL = "https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch"
 NVIDIA_KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 KEYRING_PATH = "/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg"
 LIST_PATH = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+# the rpm family (RHEL, Rocky, Alma, Fedora): dnf's repository file, the key it checks with, the locks it keeps
+REPO_ID = "nvidia-container-toolkit"
+REPO_FILE_PATH = f"/etc/yum.repos.d/{REPO_ID}.repo"
+RPM_KEY_PATH = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
+VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1")
 RUNTIMES = ("auto", "containerd", "docker")
@@ -31,6 +37,7 @@ class NodeSettings:
     driver_min_version: str = "535"
     gpu_required: bool = False
     toolkit_repository_url: str = NVIDIA_REPOSITORY_URL
+    toolkit_rpm_repository_url: str = NVIDIA_RPM_REPOSITORY_URL
     toolkit_key_url: str = NVIDIA_KEY_URL
     toolkit_key_fingerprint: str = NVIDIA_KEY_FINGERPRINT
     toolkit_version: str = "1.17.8-1"
@@ -64,12 +71,12 @@ class NodeSettings:
             raise GpunodeError(f"toolkit_key_fingerprint {self.toolkit_key_fingerprint!r} is not a 40-hex-digit "
                                "fingerprint", f"NVIDIA's is {NVIDIA_KEY_FINGERPRINT} (upper case, no spaces)")
         if not re.fullmatch(r"\d+\.\d+\.\d+-\d+", self.toolkit_version):
-            raise GpunodeError(f"toolkit_version {self.toolkit_version!r} is not a Debian package version",
-                               "write the full version, e.g. 1.17.8-1")
+            raise GpunodeError(f"toolkit_version {self.toolkit_version!r} is not a package version",
+                               "write the full version, e.g. 1.17.8-1 (Debian's version, rpm's version-release)")
         if self.container_runtime not in RUNTIMES:
             raise GpunodeError(f"container_runtime {self.container_runtime!r} is not supported",
                                f"use one of: {', '.join(RUNTIMES)}")
-        for key in ("toolkit_repository_url", "toolkit_key_url"):
+        for key in ("toolkit_repository_url", "toolkit_rpm_repository_url", "toolkit_key_url"):
             if not re.match(r"^(https?|file)://\S+$", getattr(self, key)):
                 raise GpunodeError(f"{key} {getattr(self, key)!r} is not a URL", "use http://, https:// or file://")
         if self.runtime_restart_timeout < 5:

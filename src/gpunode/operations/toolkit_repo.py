@@ -7,15 +7,16 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.diagnosis.toolkit_repo import list_line
+from gpunode.diagnosis.toolkit_repo import list_line, repo_file, rpm_key_id, unknown_family
 from gpunode.facts.toolkit_repo import ToolkitRepoState
-from gpunode.operations import step_fact
+from gpunode.operations import failing_command, step_fact
 from gpunode.operations.driver import NO_GPU, gpu_present
-from gpunode.settings import KEYRING_PATH, LIST_PATH, NodeSettings
+from gpunode.settings import KEYRING_PATH, LIST_PATH, REPO_FILE_PATH, REPO_ID, RPM_KEY_PATH, NodeSettings
 
 
-def fetch_key_command(url: str, fingerprint: str, keyring: str) -> str:
-    """Shell that downloads the key, refuses it unless its fingerprint is the pinned one, then dearmors it."""
+def fetch_key_command(url: str, fingerprint: str, keyring: str, dearmor: bool = True) -> str:
+    """Shell that downloads the key, refuses it unless its fingerprint is the pinned one, then installs it
+    (dearmored as apt's keyring; as published, armored, for rpm and dnf)."""
     q = shlex.quote
     return "\n".join([
         "set -eu",
@@ -28,7 +29,8 @@ def fetch_key_command(url: str, fingerprint: str, keyring: str) -> str:
         f"  echo \"gpunode: the key at {url} has fingerprint ${{found:-none}}, not the pinned {fingerprint};"
         " refusing to trust it (check toolkit_key_url and toolkit_key_fingerprint)\" >&2; exit 1",
         "fi",
-        "gpg --batch --yes --dearmor -o \"$tmp/keyring.gpg\" \"$tmp/key\"",
+        *(["gpg --batch --yes --dearmor -o \"$tmp/keyring.gpg\" \"$tmp/key\""] if dearmor
+          else ["cp \"$tmp/key\" \"$tmp/keyring.gpg\""]),
         f"install -D -m 0644 \"$tmp/keyring.gpg\" {q(keyring)}",
     ])
 
@@ -49,6 +51,12 @@ def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: s
         host.noop(NO_GPU)
         return
     state = step_fact(host, "toolkit_repo", ToolkitRepoState, keyring=keyring, list_path=list_path)
+    if state["family"] == "rpm":
+        yield from configured_for_dnf(state, settings)
+        return
+    if state["family"] != "deb":
+        yield failing_command(str(unknown_family(state)[0]))
+        return
     changed = False
     if state["keyring_fingerprints"] != [settings.toolkit_key_fingerprint]:
         yield fetch_key_command(settings.toolkit_key_url, settings.toolkit_key_fingerprint, keyring)
@@ -67,3 +75,31 @@ def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: s
         return
     yield (f"apt-get update -q --error-on=any -o Dir::Etc::sourcelist={shlex.quote(list_path)}"
            " -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0")
+
+
+def configured_for_dnf(state: dict, settings: NodeSettings):
+    """The dnf side of :func:`configured`: the key file (fingerprint checked), rpm's trust in it, the ``.repo``
+    file, stale NVIDIA repository files removed, and dnf's metadata of this repository only when something changed."""
+    q = shlex.quote
+    changed = False
+    if state["rpm_key_fingerprints"] != [settings.toolkit_key_fingerprint]:
+        yield fetch_key_command(settings.toolkit_key_url, settings.toolkit_key_fingerprint, RPM_KEY_PATH,
+                                dearmor=False)
+        changed = True
+    if changed or rpm_key_id(settings.toolkit_key_fingerprint) not in state["rpm_trusted_keys"]:
+        yield f"rpm --import {q(RPM_KEY_PATH)}"  # only the file just checked (or found) with the pinned fingerprint
+        changed = True
+    want = repo_file(settings)
+    lines = [line.strip() for line in state["repo_file"] or [] if line.strip() and not line.startswith("#")]
+    if lines != want:
+        text = "\n".join(want) + "\n"
+        yield f"printf '%s' {q(text)} > {q(REPO_FILE_PATH)}.gpunode-new && chmod 0644 {q(REPO_FILE_PATH)}.gpunode-new" \
+              f" && mv {q(REPO_FILE_PATH)}.gpunode-new {q(REPO_FILE_PATH)}"
+        changed = True
+    if state["stale_repos"]:
+        yield "rm -f " + " ".join(q(path) for path in state["stale_repos"])
+        changed = True
+    if not changed:
+        host.noop("NVIDIA Container Toolkit repository already configured (dnf)")
+        return
+    yield f"dnf -q -y --disablerepo='*' --enablerepo={REPO_ID} makecache"

@@ -23,6 +23,7 @@ from gpunode.sim import toolkit_build
 from gpunode.sim.hostcmd import run
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
+RPM_RECIPE = "rpm repository 1: signed packages, signed repomd.xml"
 REPO_PATH = "libnvidia-container"
 SIGNER = "gpunode simulated NVIDIA repository <repo@gpunode.invalid>"
 
@@ -39,6 +40,13 @@ class RepoInfo:
     def dist_dir(self) -> Path:
         return self.root / REPO_PATH / "stable" / "deb" / self.arch
 
+    @property
+    def rpm_dir(self) -> Path:
+        """The rpm repository's ``$basearch`` folder."""
+        from gpunode.sim.rpmrepo import RPM_ARCH
+
+        return self.root / REPO_PATH / "stable" / "rpm" / RPM_ARCH.get(self.arch, self.arch)
+
 
 def render_standin(name: str, **values: str) -> str:
     """The text of a stand-in script with its ``@NAME@`` placeholders filled in."""
@@ -51,7 +59,7 @@ def render_standin(name: str, **values: str) -> str:
 def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
     digest.update(render_standin("nvidia_container_runtime.py").encode())
-    digest.update(repr(TOOLKIT_VERSIONS).encode())
+    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE)).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
 
@@ -92,45 +100,62 @@ def _build_package(work: Path, out: Path, name: str, version: str, arch: str, de
         what=f"building the simulated package {name} {version}")
 
 
+@dataclass(frozen=True)
+class SimPackage:
+    """One simulated toolkit package: its files and dependencies, written as a .deb and as an .rpm."""
+
+    name: str
+    version: str
+    depends: tuple[tuple[str, str, str], ...]  # (package, operator as Debian writes it: >=, <<, =, version)
+    files: dict[str, tuple[str | bytes, int]]
+    conffiles: tuple[str, ...] = ()
+
+    def deb_depends(self) -> str:
+        return ", ".join(f"{name} ({op} {version})" for name, op, version in self.depends)
+
+
+def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackage]:
+    """The four packages at each simulated version, with the real inter-package dependencies."""
+    packages = []
+    for version in TOOLKIT_VERSIONS:
+        upstream = version.split("-")[0]
+        packages += [
+            SimPackage("libnvidia-container1", version, (), {
+                f"{libdir}/libnvidia-container.so.{upstream}": (f"simulated libnvidia-container {upstream}\n", 0o644),
+            }),
+            SimPackage("libnvidia-container-tools", version,
+                       (("libnvidia-container1", ">=", version), ("libnvidia-container1", "<<", "2.0.0")),
+                       {"/usr/bin/nvidia-container-cli": (
+                           f"#!/bin/sh\necho 'cli-version: {upstream}'\necho 'lib-version: {upstream}'\n", 0o755)}),
+            SimPackage("nvidia-container-toolkit-base", version, (), {
+                "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
+                "/usr/bin/nvidia-container-runtime": (
+                    render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
+                "/etc/nvidia-container-runtime/config.toml": (
+                    '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
+                    'disable-require = false\nsupported-driver-capabilities = "compat32,compute,display,'
+                    'graphics,ngx,utility,video"\n\n[nvidia-container-cli]\nenvironment = []\n'
+                    'ldconfig = "@/sbin/ldconfig.real"\nload-kmods = true\n\n'
+                    '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\n'
+                    'runtimes = ["docker-runc", "runc", "crun"]\n', 0o644),
+            }, conffiles=("/etc/nvidia-container-runtime/config.toml",)),
+            SimPackage("nvidia-container-toolkit", version,
+                       (("nvidia-container-toolkit-base", "=", version), ("libnvidia-container-tools", ">=", version),
+                        ("libnvidia-container-tools", "<<", "2.0.0")),
+                       {"/usr/bin/nvidia-container-runtime-hook": (
+                           "#!/bin/sh\n# simulated OCI prestart hook: the simulated driver layer needs no injection "
+                           "here\nexit 0\n", 0o755)}),
+        ]
+    return packages
+
+
 def build_packages(out: Path, arch: str, nvidia_ctk: dict[str, Path]) -> None:
     with tempfile.TemporaryDirectory(prefix="gpunode-debs-") as tmp:
         work = Path(tmp)
         libdir = "/usr/lib/x86_64-linux-gnu" if arch == "amd64" else f"/usr/lib/{arch}-linux-gnu"
-        for version in TOOLKIT_VERSIONS:
-            upstream = version.split("-")[0]
-            _build_package(work, out, "libnvidia-container1", version, arch, "", {
-                f"{libdir}/libnvidia-container.so.{upstream}": (f"simulated libnvidia-container {upstream}\n", 0o644),
-            })
-            _build_package(
-                work, out, "libnvidia-container-tools", version, arch,
-                f"libnvidia-container1 (>= {version}), libnvidia-container1 (<< 2.0.0)",
-                {"/usr/bin/nvidia-container-cli": (
-                    f"#!/bin/sh\necho 'cli-version: {upstream}'\necho 'lib-version: {upstream}'\n", 0o755)},
-            )
-            _build_package(
-                work, out, "nvidia-container-toolkit-base", version, arch, "",
-                {
-                    "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
-                    "/usr/bin/nvidia-container-runtime": (
-                        render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
-                    "/etc/nvidia-container-runtime/config.toml": (
-                        '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
-                        'disable-require = false\nsupported-driver-capabilities = "compat32,compute,display,'
-                        'graphics,ngx,utility,video"\n\n[nvidia-container-cli]\nenvironment = []\n'
-                        'ldconfig = "@/sbin/ldconfig.real"\nload-kmods = true\n\n'
-                        '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\n'
-                        'runtimes = ["docker-runc", "runc", "crun"]\n', 0o644),
-                },
-                conffiles=("/etc/nvidia-container-runtime/config.toml",),
-            )
-            _build_package(
-                work, out, "nvidia-container-toolkit", version, arch,
-                f"nvidia-container-toolkit-base (= {version}), libnvidia-container-tools (>= {version}), "
-                "libnvidia-container-tools (<< 2.0.0)",
-                {"/usr/bin/nvidia-container-runtime-hook": (
-                    "#!/bin/sh\n# simulated OCI prestart hook: the simulated driver layer needs no injection here\n"
-                    "exit 0\n", 0o755)},
-            )
+        for package in toolkit_packages(libdir, nvidia_ctk):
+            _build_package(work, out, package.name, package.version, arch, package.deb_depends(), package.files,
+                           package.conffiles)
 
 
 def _make_key(gnupg: Path) -> str:
@@ -173,6 +198,9 @@ def build_repo(root: Path, nvidia_ctk: dict[str, Path]) -> RepoInfo:
                 what="signing InRelease", env=env, cwd=str(dist))
             run(["gpg", "--batch", "--yes", "-abs", "-o", "Release.gpg", "Release"],
                 what="signing Release", env=env, cwd=str(dist))
+            from gpunode.sim.rpmrepo import build_rpms
+
+            build_rpms(info.rpm_dir, arch, toolkit_packages("/usr/lib64", nvidia_ctk), gnupg, SIGNER)
             key = run(["gpg", "--batch", "--armor", "--export", SIGNER], what="exporting the key", env=env)
             (root / REPO_PATH / "gpgkey").write_text(key)
         finally:
