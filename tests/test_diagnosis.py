@@ -397,4 +397,4 @@ def test_toolkit_diagnosis_reads_dnf_versionlock_as_the_hold(locks: dict, expect
     if expected == ["not held"]:
         assert "dnf versionlock add" in failed[0].fix
     if not expected:
-        assert all("rpm -q" in line and "locked (dnf versionlock)" in line for line in findings[-1].evidence)
+        assert all("rpm -q" in line and "locked by dnf versionlock" in line for line in findings[-1].evidence)

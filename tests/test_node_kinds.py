@@ -30,7 +30,11 @@ NODES = {
     "node06": ("h100x8-containerd2", "1.20.0-1", "Debian unstable, containerd 2.1.9"),
     "node07": ("a40x2-docker28", "1.20.0-1", "Debian unstable, docker 28.5.2"),
     "node08": ("v100x2-docker", "1.20.0-1", "Debian 12, docker 20.10.24"),
+    "node09": ("a100x4-rpm", "1.17.8-1", "rpm stand-in, containerd 1.6.20"),
 }
+RPM_NODE = "node09"
+TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvidia-container-tools",
+           "libnvidia-container1")
 PINS = sorted({pin for _, pin, _ in NODES.values()})
 
 
@@ -75,8 +79,8 @@ def test_every_node_kind_comes_up_with_its_release(mixed: dict) -> None:
     seen = {item["metadata"]["name"]: item["status"]["nodeInfo"] for item in json.loads(kubectl)["items"]}
     for name, (_, _, what) in NODES.items():
         release, runtime = what.split(", ")
-        assert seen[name]["osImage"].startswith("Debian GNU/Linux"), seen[name]
-        expected = {"Debian 12": "12 (bookworm)", "Debian 13": "13 (trixie)", "Debian unstable": "sid"}[release]
+        expected = {"Debian 12": "Debian GNU/Linux 12 (bookworm)", "Debian 13": "Debian GNU/Linux 13 (trixie)",
+                    "Debian unstable": "Debian GNU/Linux forky/sid", "rpm stand-in": "gpunode rpm stand-in"}[release]
         assert expected in seen[name]["osImage"], (name, seen[name]["osImage"])
         kind, version = runtime.split(" ")
         assert seen[name]["containerRuntimeVersion"].startswith(f"{kind}://{version}"), (name, seen[name])
@@ -146,3 +150,67 @@ def test_a_gpu_pod_runs_on_every_node(mixed: dict) -> None:
         output = result.stdout + result.stderr
         assert result.returncode == 0 and f"on {node}: Succeeded" in output, (node, output)
         assert f"GPU 0: {models[profile.split('-')[0]]} (UUID: GPU-" in output, (node, output)
+
+
+def rpm_state(fleet: dict) -> tuple[list[str], dict[str, str]]:
+    """What rpm has installed of the toolkit, and the versions dnf's versionlock list holds them at."""
+    installed = ssh(fleet, RPM_NODE, f"rpm -q --qf '%{{NAME}}-%{{VERSION}}-%{{RELEASE}}\\n' {' '.join(TOOLKIT)}")
+    locks = {}
+    for line in ssh(fleet, RPM_NODE, "cat /etc/dnf/plugins/versionlock.list").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.strip().removesuffix(".*").rpartition("-0:")
+            locks[name] = version
+    return installed.split(), locks
+
+
+def test_the_rpm_node_takes_the_toolkit_from_dnf_with_signatures_checked_and_locks_it(mixed: dict) -> None:
+    installed, locks = rpm_state(mixed)
+    assert installed == [f"{name}-1.17.8-1" for name in TOOLKIT]
+    assert locks == dict.fromkeys(TOOLKIT, "1.17.8-1")
+    repo = ssh(mixed, RPM_NODE, "cat /etc/yum.repos.d/nvidia-container-toolkit.repo").splitlines()
+    assert "gpgcheck=1" in repo and "repo_gpgcheck=1" in repo
+    assert "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit" in repo
+    fingerprint = json.loads(Path(mixed["inventory"]).read_text())["toolkit_repo"]["key_fingerprint"]
+    assert fingerprint[-8:].lower() in ssh(mixed, RPM_NODE, "rpm -q gpg-pubkey --qf '%{VERSION}\\n'").split()
+    signature = ssh(mixed, RPM_NODE, "rpm -q --qf '%{SIGPGP:pgpsig}\\n' nvidia-container-toolkit")
+    assert fingerprint[-16:].lower() in signature.lower(), signature  # installed as signed by the repository's key
+    # apt is not how this node installs packages: the toolkit never went through dpkg
+    refused = subprocess.run(["ssh", "-F", mixed["ssh_config"], RPM_NODE, "apt-get update"], capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert refused.returncode == 100 and "installs packages with dnf" in refused.stderr
+    assert "no packages found" in subprocess.run(
+        ["ssh", "-F", mixed["ssh_config"], RPM_NODE, "dpkg-query -W nvidia-container-toolkit"], capture_output=True,
+        text=True, timeout=60, check=False).stderr
+
+
+def test_the_rpm_pin_moves_up_and_down_with_its_locks(mixed: dict, tmp_path: Path) -> None:
+    for pin in ("1.20.0-1", "1.17.8-1"):
+        args = ["--limit", RPM_NODE, "--data", f"toolkit_version={pin}"]
+        result = gpunode("deploy", INVENTORY, *args, env=mixed["env"], check=False)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        installed, locks = rpm_state(mixed)
+        assert installed == [f"{name}-{pin}" for name in TOOLKIT] and locks == dict.fromkeys(TOOLKIT, pin)
+        out = tmp_path / f"verify-{pin}.json"
+        verified = gpunode("verify", INVENTORY, "--json", str(out), *args, env=mixed["env"], check=False)
+        assert verified.returncode == 0, failing(json.loads(out.read_text()))
+        report = tmp_path / f"again-{pin}.json"
+        again = gpunode("deploy", INVENTORY, *args, "--report", str(report), env=mixed["env"], check=False)
+        assert again.returncode == 0 and json.loads(report.read_text())["hosts"][RPM_NODE]["changed"] == []
+
+
+def test_a_wrong_key_fingerprint_is_refused_before_rpm_trusts_the_key(mixed: dict) -> None:
+    fingerprint = json.loads(Path(mixed["inventory"]).read_text())["toolkit_repo"]["key_fingerprint"]
+    key_id = fingerprint[-8:].lower()
+    ssh(mixed, RPM_NODE, f"rm /etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit && rpm -e gpg-pubkey-{key_id}")
+    wrong = "DEADBEEF" * 5
+    result = gpunode("deploy", INVENTORY, "--limit", RPM_NODE, "--data", f"toolkit_key_fingerprint={wrong}",
+                     env=mixed["env"], check=False)
+    assert result.returncode == 1 and "refusing to trust it" in result.stderr and wrong in result.stderr
+    assert ssh(mixed, RPM_NODE, "ls /etc/pki/rpm-gpg/").split() == []
+    assert key_id not in ssh(mixed, RPM_NODE, "rpm -q gpg-pubkey --qf '%{VERSION}\\n' || true").split()
+    doctor = json.loads(gpunode("doctor", INVENTORY, "--json", "--limit", RPM_NODE, env=mixed["env"],
+                                check=False).stdout)
+    assert [(p["link"], p["what"]) for p in doctor["problems"]][:1] == [
+        ("toolkit_repo", "the toolkit key file /etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit is missing")]
+    assert gpunode("deploy", INVENTORY, "--limit", RPM_NODE, env=mixed["env"], check=False).returncode == 0
+    assert key_id in ssh(mixed, RPM_NODE, "rpm -q gpg-pubkey --qf '%{VERSION}\\n'").split()

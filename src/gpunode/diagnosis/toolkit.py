@@ -35,7 +35,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                                     f"{'dnf versionlock add' if rpm else 'apt-mark hold'} {' '.join(unheld)} "
                                     "(or re-run deploys/toolkit.py)"))
     source = "rpm -q" if rpm else "dpkg-query"
-    held = "locked (dnf versionlock)" if rpm else "held"
+    held = "locked by dnf versionlock" if rpm else "held"
     evidence = [f"{source}: {name} {version}" + (f" ({held})" if name in state["held"] else " (not held)")
                 for name, version in sorted(state["versions"].items())]
     return with_proof(findings, STEP, f"the toolkit packages are at the pinned {want}"

@@ -160,6 +160,7 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
         "kube_context": "gpunode-sim",
         "toolkit_repo": {
             "repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/deb/$(ARCH)",
+            "rpm_repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/rpm/$basearch",
             "key_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/gpgkey",
             "key_fingerprint": repo_fingerprint,
         },

@@ -40,6 +40,18 @@ LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc", "containernetw
 # an install with recommends (apt's default) brings; the layers are built without recommends.
 SUITE_PACKAGES = {("sid", "docker"): ("docker-cli",)}
 RUNTIME_LAYERS = {"containerd": ("containerd", "sim"), "docker": ("docker", "containerd", "sim")}
+# A node OS made of another one's image plus a layer of its own: (that OS, the layer)
+OS_LAYERS = {"rpm-standin": ("debian12", "dnf")}
+RPM_OS_RELEASE = """PRETTY_NAME="gpunode rpm stand-in (Debian 12 userspace, real dnf and rpm)"
+NAME="gpunode rpm stand-in"
+ID=gpunode-rpm-standin
+ID_LIKE="rhel centos fedora"
+VERSION_ID="9"
+"""
+REFUSING_APT = """#!/bin/sh
+echo "$(basename "$0"): this simulated node stands in for an rpm-family host: it installs packages with dnf" >&2
+exit 100
+"""
 SIM_LIB = "/usr/lib/gpunode-sim"
 
 SYSTEMCTL_WRAPPER = f"""#!/bin/sh
@@ -116,11 +128,15 @@ def _base_digest(suite: str = SUITE) -> str:
 
 def base_rootfs(paths: SimPaths, os_name: str) -> Path:
     """The unpacked base image of ``os_name`` (Debian 12's keeps the folder it always had)."""
+    if os_name in OS_LAYERS:
+        return base_rootfs(paths, OS_LAYERS[os_name][0])
     return paths.base_rootfs if os_name == DEFAULT_OS else paths.state / f"base-{os_name}" / "rootfs"
 
 
 def layer_dir(paths: SimPaths, os_name: str, layer: str) -> Path:
     """The unpacked ``layer`` built on ``os_name``'s base."""
+    if os_name in OS_LAYERS and layer != OS_LAYERS[os_name][1]:
+        return layer_dir(paths, OS_LAYERS[os_name][0], layer)
     return paths.layer(layer if os_name == DEFAULT_OS else f"{os_name}-{layer}")
 
 
@@ -173,9 +189,12 @@ def _debootstrap(target: Path, suite: str, say: Callable[[str], None]) -> None:
         leftover.unlink()
 
 
-def _chroot_build(paths: SimPaths, os_name: str, name: str, upper: Path, script: str) -> None:
-    """Run ``script`` in a chroot of the layers below ``name`` with ``upper`` taking the writes."""
-    lowers = [layer_dir(paths, os_name, layer) for layer in RUNTIME_LAYERS.get(name, (name,))[1:]]
+def _chroot_build(paths: SimPaths, os_name: str, name: str, upper: Path, script: str,
+                  below: tuple[str, ...] | None = None) -> None:
+    """Run ``script`` in a chroot of the layers below ``name`` (``below``, topmost first; by default its runtime
+    chain's) with ``upper`` taking the writes."""
+    chain = below if below is not None else RUNTIME_LAYERS.get(name, (name,))[1:]
+    lowers = [layer_dir(paths, os_name, layer) for layer in chain]
     lowers.append(base_rootfs(paths, os_name))
     work = upper.parent / f".{name}.work"
     merged = upper.parent / f".{name}.merged"
@@ -263,6 +282,25 @@ def _build_runtime_layer(paths: SimPaths, os_name: str, name: str, upper: Path) 
         _set_cri_settings(upper / "etc/containerd/config.toml")
 
 
+def _build_os_layer(paths: SimPaths, os_name: str, runtime: str, upper: Path) -> None:
+    """The layer that makes ``os_name`` of another OS's image: for rpm-standin, the real dnf, rpm and dnf's
+    versionlock plugin from Debian, an os-release of the RHEL family, and apt refusing to be used."""
+    script = """
+        apt-get update -qq -o Acquire::Check-Valid-Until=false
+        apt-get install -y -qq --no-install-recommends dnf dnf-plugins-core rpm >/dev/null
+        apt-get clean
+        rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
+        mkdir -p /etc/yum.repos.d /etc/pki/rpm-gpg /etc/dnf/vars
+        rm -f /etc/os-release
+    """
+    _chroot_build(paths, os_name, OS_LAYERS[os_name][1], upper, script, RUNTIME_LAYERS[runtime])
+    _write(upper, "/etc/os-release", RPM_OS_RELEASE)
+    _write(upper, "/usr/lib/os-release", RPM_OS_RELEASE)
+    _write(upper, "/etc/dnf/vars/releasever", "9\n")  # dnf reads it from the rpm database, which holds no release
+    for tool in ("apt-get", "apt"):
+        _write(upper, f"/usr/local/bin/{tool}", REFUSING_APT, 0o755)
+
+
 def _set_cri_settings(config: Path) -> None:
     """containerd's packaged config with CRI_SETTINGS added where its schema keeps them, comments and order kept.
 
@@ -287,11 +325,12 @@ def _set_cri_settings(config: Path) -> None:
 
 def prepare_images(paths: SimPaths, images: set[tuple[str, str]], say: Callable[[str], None]) -> None:
     """Make the base images and layers the given (os, runtime) pairs need ready, from cache when possible."""
-    for os_name in sorted({os_name for os_name, _ in images}):
+    plain = {(OS_LAYERS[os_name][0] if os_name in OS_LAYERS else os_name, runtime) for os_name, runtime in images}
+    for os_name in sorted({os_name for os_name, _ in plain}):
         suite = OPERATING_SYSTEMS[os_name]
         _cached(paths, f"base-{suite}", _base_digest(suite), base_rootfs(paths, os_name),
                 lambda target, suite=suite: _debootstrap(target, suite, say), say)
-        needed = {layer for image_os, runtime in images if image_os == os_name for layer in RUNTIME_LAYERS[runtime]}
+        needed = {layer for image_os, runtime in plain if image_os == os_name for layer in RUNTIME_LAYERS[runtime]}
         for layer in LAYER_ORDER:
             if layer not in needed:
                 continue
@@ -305,11 +344,29 @@ def prepare_images(paths: SimPaths, images: set[tuple[str, str]], say: Callable[
 
             _cached(paths, _cache_name(f"layer-{layer}", os_name), _layer_digest(layer, suite),
                     layer_dir(paths, os_name, layer), build, say)
+    for os_name, runtime in sorted(images):
+        if os_name not in OS_LAYERS:
+            continue
+        parent, layer = OS_LAYERS[os_name]
+
+        def build_os(target: Path, os_name: str = os_name, runtime: str = runtime, layer: str = layer) -> None:
+            say(f"building the {layer} layer of {os_name} (once per machine)")
+            _build_os_layer(paths, os_name, runtime, target)
+
+        _cached(paths, f"layer-{os_name}-{layer}", _os_layer_digest(os_name, runtime),
+                layer_dir(paths, os_name, layer), build_os, say)
+
+
+def _os_layer_digest(os_name: str, runtime: str) -> str:
+    parent, layer = OS_LAYERS[os_name]
+    return _digest(os_name, layer, _layer_digest(RUNTIME_LAYERS[runtime][0], OPERATING_SYSTEMS[parent]),
+                   RPM_OS_RELEASE, REFUSING_APT, "dnf dnf-plugins-core rpm")
 
 
 def lower_dirs(paths: SimPaths, os_name: str, runtime: str) -> list[Path]:
     """The read-only layers of a node with ``runtime`` on ``os_name``, topmost first."""
     if runtime not in RUNTIME_LAYERS:
         raise GpunodeError(f"no image for runtime {runtime!r}")
-    return ([paths.layer("tools")] + [layer_dir(paths, os_name, layer) for layer in RUNTIME_LAYERS[runtime]]
+    own = [layer_dir(paths, os_name, OS_LAYERS[os_name][1])] if os_name in OS_LAYERS else []
+    return ([paths.layer("tools")] + own + [layer_dir(paths, os_name, layer) for layer in RUNTIME_LAYERS[runtime]]
             + [base_rootfs(paths, os_name)])

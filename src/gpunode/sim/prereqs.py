@@ -8,7 +8,8 @@ from pathlib import Path
 
 from gpunode.errors import GpunodeError
 
-HOST_PACKAGES = "debootstrap zstd socat openssh-client apt-utils gnupg iproute2 util-linux dpkg-dev busybox-static"
+HOST_PACKAGES = ("debootstrap zstd socat openssh-client apt-utils gnupg iproute2 util-linux dpkg-dev busybox-static"
+                 " rpm createrepo-c")
 REQUIRED_TOOLS = {
     "debootstrap": "debootstrap",
     "zstd": "zstd",
@@ -21,6 +22,9 @@ REQUIRED_TOOLS = {
     "unshare": "util-linux",
     "nsenter": "util-linux",
     "dpkg-deb": "dpkg",
+    "rpmbuild": "rpm",
+    "rpmsign": "rpm",
+    "createrepo_c": "createrepo-c",
 }
 
 

@@ -19,7 +19,9 @@ from gpunode.sim.gpus import FAULTS, MODELS
 
 RUNTIMES = ("containerd", "docker")
 # The Debian release a node's image is built from, by the name a profile gives it.
-OPERATING_SYSTEMS = {"debian12": "bookworm", "debian13": "trixie", "debian-unstable": "sid"}
+# "rpm-standin" is Debian 12's userspace with the real dnf and rpm and an os-release of the RHEL family (no RHEL
+# userspace can be downloaded here): the toolkit goes through dnf on it, all else is Debian 12's.
+OPERATING_SYSTEMS = {"debian12": "bookworm", "debian13": "trixie", "debian-unstable": "sid", "rpm-standin": "bookworm"}
 DEFAULT_OS = "debian12"
 PROFILE_KEYS = {"os", "runtime", "gpu", "driver", "nvswitch", "faults"}
 GPU_KEYS = {"model", "count", "mig"}
@@ -100,6 +102,9 @@ def validate_profile(ref: str, data: dict) -> dict:
     if runtime not in RUNTIMES:
         raise GpunodeError(f"profile {ref}: runtime {runtime!r} is not simulated",
                            f"use one of: {', '.join(RUNTIMES)}")
+    if os_name == "rpm-standin" and runtime != "containerd":
+        raise GpunodeError(f"profile {ref}: os rpm-standin is simulated with containerd only, not {runtime}",
+                           "use runtime: containerd")
     gpu = dict(_check_keys(ref, "gpu.", data.get("gpu") or {}, GPU_KEYS))
     count = gpu.setdefault("count", 0)
     if not isinstance(count, int) or count < 0 or count > 16:

@@ -23,6 +23,8 @@ def _host(name: str) -> tuple[str, dict]:
     data = dict(_inventory["hosts"][name])
     data.update({
         "toolkit_repository_url": _repo["repository_url"],
+        "toolkit_rpm_repository_url": _repo.get("rpm_repository_url",  # a fleet started before rpm nodes existed
+                                                _repo["repository_url"].replace("/deb/$(ARCH)", "/rpm/$basearch")),
         "toolkit_key_url": _repo["key_url"],
         "toolkit_key_fingerprint": _repo["key_fingerprint"],
         "kubeconfig": _inventory["kubeconfig"],
