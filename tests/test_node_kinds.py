@@ -172,7 +172,7 @@ def test_the_rpm_node_takes_the_toolkit_from_dnf_with_signatures_checked_and_loc
     assert "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit" in repo
     fingerprint = json.loads(Path(mixed["inventory"]).read_text())["toolkit_repo"]["key_fingerprint"]
     assert fingerprint[-8:].lower() in ssh(mixed, RPM_NODE, "rpm -q gpg-pubkey --qf '%{VERSION}\\n'").split()
-    signature = ssh(mixed, RPM_NODE, "rpm -q --qf '%{SIGPGP:pgpsig}\\n' nvidia-container-toolkit")
+    signature = ssh(mixed, RPM_NODE, "rpm -qi nvidia-container-toolkit | grep '^Signature'")
     assert fingerprint[-16:].lower() in signature.lower(), signature  # installed as signed by the repository's key
     # apt is not how this node installs packages: the toolkit never went through dpkg
     refused = subprocess.run(["ssh", "-F", mixed["ssh_config"], RPM_NODE, "apt-get update"], capture_output=True,
