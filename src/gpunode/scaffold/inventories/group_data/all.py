@@ -9,13 +9,14 @@ driver_min_version = "535"          # oldest driver accepted (the GPU generation
 gpu_required = False                # True: a host without a working GPU driver fails instead of being skipped
 
 # NVIDIA Container Toolkit repository (point these at your mirror when air-gapped)
-toolkit_repository_url = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"
+toolkit_repository_url = "https://nvidia.github.io/libnvidia-container/stable/deb/$(ARCH)"       # apt hosts
+toolkit_rpm_repository_url = "https://nvidia.github.io/libnvidia-container/stable/rpm/$basearch"  # dnf hosts
 toolkit_key_url = "https://nvidia.github.io/libnvidia-container/gpgkey"
 toolkit_key_fingerprint = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"  # checked before the key is trusted
 
 # NVIDIA Container Toolkit packages (all four at this version)
-toolkit_version = "1.17.8-1"
-toolkit_hold = True                 # apt-mark hold, so unattended upgrades do not move them
+toolkit_version = "1.17.8-1"         # Debian's version; rpm's version-release on dnf hosts (the same string)
+toolkit_hold = True                 # apt-mark hold / dnf versionlock, so unattended upgrades do not move them
 
 # Container runtime
 container_runtime = "auto"          # auto (docker if dockerd is installed, else containerd), containerd, docker
