@@ -17,6 +17,7 @@ import pytest
 
 from .conftest import block, gpunode
 from .test_provisioning import INVENTORY, failing
+from .test_upgrades import NEW_DRIVER
 
 pytestmark = pytest.mark.fleet
 
@@ -214,3 +215,31 @@ def test_a_wrong_key_fingerprint_is_refused_before_rpm_trusts_the_key(mixed: dic
         ("toolkit_repo", "the toolkit key file /etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit is missing")]
     assert gpunode("deploy", INVENTORY, "--limit", RPM_NODE, env=mixed["env"], check=False).returncode == 0
     assert key_id in ssh(mixed, RPM_NODE, "rpm -q gpg-pubkey --qf '%{VERSION}\\n'").split()
+
+
+def test_a_driver_upgrade_reboots_and_rejoins_every_generation(mixed: dict) -> None:
+    """reboot_on_mismatch on containerd 1.7 and 2.1, docker 28 and the rpm node: cordon, reboot, check, uncordon."""
+    upgraded = {"node05": 4, "node06": 8, "node07": 2, "node09": 4}  # node -> its GPUs
+    for node in upgraded:
+        gpunode("sim", "driver", node, "--version", NEW_DRIVER, "--no-reboot", env=mixed["env"])
+    for pin in PINS:
+        result = gpunode("deploy", INVENTORY, *pinned(pin), "--data", "reboot_on_mismatch=true", "--report",
+                         str(Path(mixed["inventory"]).with_name(f"upgrade-{pin}.json")), env=mixed["env"],
+                         check=False, timeout=1200)
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+        report = json.loads(Path(mixed["inventory"]).with_name(f"upgrade-{pin}.json").read_text())["hosts"]
+        for node in upgraded:
+            if NODES[node][1] != pin:
+                continue
+            changed = " | ".join(report[node]["changed"])
+            assert "Reboot the node" in changed and "Uncordon the node" in changed, (node, changed)
+    seen = {item["metadata"]["name"]: item for item in json.loads(gpunode(
+        "sim", "kubectl", "get", "nodes", "-o", "json", env=mixed["env"]).stdout)["items"]}
+    for node, gpus in upgraded.items():
+        assert seen[node]["metadata"]["labels"]["nvidia.com/cuda.driver.major"] == NEW_DRIVER.split(".")[0], node
+        assert not seen[node]["spec"].get("unschedulable"), node
+        assert seen[node]["status"]["allocatable"]["nvidia.com/gpu"] == str(gpus), (node, seen[node]["status"])
+    for node in upgraded:
+        result = gpunode("sim", "run", f"after-upgrade-{node}", "--node-selector", f"kubernetes.io/hostname={node}",
+                         "--", "nvidia-smi", env=mixed["env"], check=False, timeout=180)
+        assert result.returncode == 0 and f"Driver Version: {NEW_DRIVER}" in result.stdout, (node, result.stdout)
