@@ -10,12 +10,14 @@ reboot are kept for the later steps of the same run (labels, allocatable GPUs).
 
 from __future__ import annotations
 
+import logging
 import time
 from weakref import WeakKeyDictionary
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
+from paramiko.ssh_exception import SSHException
 from pyinfra import host
 from pyinfra.api import Host, StringCommand, operation
 
@@ -104,11 +106,27 @@ def reboot_and_wait(target: Host, timeout: int) -> None:
     _run(target, "( sleep 1 && reboot ) </dev/null >/dev/null 2>&1 &")
     time.sleep(3)
     target.disconnect()
+    # paramiko logs each refused handshake with a traceback ("Error reading SSH protocol banner") while the host is
+    # down: expected here, and said once below if the host does not come back
+    transport_log = logging.getLogger("paramiko.transport")
+    level = transport_log.level
+    transport_log.setLevel(logging.CRITICAL)
+    try:
+        _wait_for_new_boot(target, before, timeout)
+    finally:
+        transport_log.setLevel(level)
+
+
+def _wait_for_new_boot(target: Host, before: list[str], timeout: int) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         target.connect(show_errors=False)
         if target.connected:
-            ok, now = _run(target, BOOT_ID)
+            try:
+                ok, now = _run(target, BOOT_ID)
+            except (SSHException, OSError, EOFError):  # a machine still going down drops the session it accepted
+                target.disconnect()
+                ok, now = False, []
             if ok and now and now != before:
                 target.log("back after the reboot")
                 return

@@ -20,12 +20,16 @@ from gpunode.sim.node import REBOOT_REQUEST
 from gpunode.sim.paths import SimPaths
 
 POLL = 0.5
+# one node's restart at a time: a restart rewrites the fleet's record and the shared tools layer (two at once lost
+# a node: "reboot of node02 failed: FileNotFoundError", when a roll rebooted two nodes together)
+RESTARTING = threading.Lock()
 
 
 def reboot(paths: SimPaths, name: str) -> None:
     time.sleep(1)  # the reboot command returns and the SSH session closes first, as on a real machine
     try:
-        restart_node(paths, name, lambda line: print(line, file=sys.stderr, flush=True))
+        with RESTARTING:
+            restart_node(paths, name, lambda line: print(line, file=sys.stderr, flush=True))
     except Exception as error:  # noqa: BLE001 - a failed reboot is logged; the node stays down
         print(f"reboot of {name} failed: {error!r}", file=sys.stderr, flush=True)
 
