@@ -241,5 +241,6 @@ def test_a_driver_upgrade_reboots_and_rejoins_every_generation(mixed: dict) -> N
         assert seen[node]["status"]["allocatable"]["nvidia.com/gpu"] == str(gpus), (node, seen[node]["status"])
     for node in upgraded:
         result = gpunode("sim", "run", f"after-upgrade-{node}", "--node-selector", f"kubernetes.io/hostname={node}",
-                         "--", "nvidia-smi", env=mixed["env"], check=False, timeout=180)
-        assert result.returncode == 0 and f"Driver Version: {NEW_DRIVER}" in result.stdout, (node, result.stdout)
+                         "--", "nvidia-smi", "-L", env=mixed["env"], check=False, timeout=180)
+        assert result.returncode == 0 and "GPU 0: NVIDIA " in result.stdout, (node, result.stdout)
+        assert ssh(mixed, node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()[0] == NEW_DRIVER
