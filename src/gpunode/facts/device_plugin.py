@@ -98,22 +98,27 @@ def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> Plu
     def find(client):
         return list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR, fields={"spec.nodeName": node}))
 
-    pods = live(api_call(settings, f"list plugin pods on {node}", find))
+    pods = api_call(settings, f"list plugin pods on {node}", find)
     return plugin_pod_state(settings, namespace, node, pods[0] if pods else None)
 
 
-def live(pods: list[Pod]) -> list[Pod]:
-    """The pods not being deleted. A pod with a deletionTimestamp is on its way out (evicted by a taint, replaced
-    by its successor, its node drained): its plugin is not the node's plugin any more, even while its process
-    still runs."""
-    return [pod for pod in pods if pod.metadata is None or pod.metadata.deletionTimestamp is None]
+def being_deleted(pod: Pod | None) -> bool:
+    """The pod has a deletionTimestamp: on its way out (evicted by a taint, replaced, its node drained), even while
+    its process still runs."""
+    return pod is not None and pod.metadata is not None and pod.metadata.deletionTimestamp is not None
 
 
 def read_plugin_pods(settings: ClusterSettings, namespace: str) -> dict[str, Pod]:
-    """Every live device-plugin pod by the node it is bound to, in one list call (verify and doctor read them so)."""
+    """Every device-plugin pod by the node it is bound to, in one list call (verify and doctor read them so).
+
+    A node's pod being deleted and its successor: the successor is the node's pod. A pod being deleted with no
+    successor yet stays in (a wait for the successor must know one is coming); verify and doctor, which judge
+    the moment, do not count it as the node's plugin (:func:`being_deleted`).
+    """
     pods = api_call(settings, f"list plugin pods in {namespace}",
                     lambda client: list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR)))
-    return {pod.spec.nodeName: pod for pod in live(pods) if pod.spec and pod.spec.nodeName}
+    pods.sort(key=lambda pod: not being_deleted(pod))
+    return {pod.spec.nodeName: pod for pod in pods if pod.spec and pod.spec.nodeName}
 
 
 def pod_ready(pod: Pod | None) -> bool:

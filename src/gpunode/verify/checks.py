@@ -13,7 +13,14 @@ from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import PluginPodState, RolloutState, plugin_pod_state, read_plugin_pods, read_rollout
+from gpunode.facts.device_plugin import (
+    PluginPodState,
+    RolloutState,
+    being_deleted,
+    plugin_pod_state,
+    read_plugin_pods,
+    read_rollout,
+)
 from gpunode.facts.labels import NodeLabelsState, read_nodes
 from gpunode.settings import NodeSettings
 
@@ -91,7 +98,8 @@ class ClusterView:
             if key not in self.plugin_pods:
                 self.plugin_pods[key] = read_plugin_pods(settings, namespace)
             pod = self.plugin_pods[key].get(node)
-        return plugin_pod_state(settings, namespace, node, pod)
+        # a pod being deleted (a taint evicting it, no successor yet) is not the node's plugin at this moment
+        return plugin_pod_state(settings, namespace, node, None if being_deleted(pod) else pod)
 
     def judge(self, host: str, data: dict, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
         """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
