@@ -64,7 +64,8 @@ def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def _write(path: Path, content: str | bytes, mode: int = 0o644) -> None:
+def write_file(path: Path, content: str | bytes, mode: int = 0o644) -> None:
+    """Write ``content`` (text or bytes) at ``path`` with ``mode``, making its folders."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -92,10 +93,10 @@ def _build_package(work: Path, out: Path, name: str, version: str, arch: str, de
                    files: dict[str, tuple[str | bytes, int]], conffiles: tuple[str, ...] = ()) -> None:
     root = work / f"{name}_{version}"
     for path, (text, mode) in files.items():
-        _write(root / path.lstrip("/"), text, mode)
-    _write(root / "DEBIAN" / "control", _control(name, version, arch, depends, name))
+        write_file(root / path.lstrip("/"), text, mode)
+    write_file(root / "DEBIAN" / "control", _control(name, version, arch, depends, name))
     if conffiles:
-        _write(root / "DEBIAN" / "conffiles", "\n".join(conffiles) + "\n")
+        write_file(root / "DEBIAN" / "conffiles", "\n".join(conffiles) + "\n")
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{name}_{version}_{arch}.deb")],
         what=f"building the simulated package {name} {version}")
 

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from gpunode.sim.aptrepo import SimPackage
+from gpunode.sim.aptrepo import SimPackage, write_file
 from gpunode.sim.hostcmd import run
 
 RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -46,13 +46,7 @@ def build_rpms(out: Path, arch: str, packages: list[SimPackage], gnupg: Path, si
         for package in packages:
             stage = work / f"stage-{package.name}-{package.version}"
             for path, (content, mode) in package.files.items():
-                target = stage / path.lstrip("/")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if isinstance(content, bytes):
-                    target.write_bytes(content)
-                else:
-                    target.write_text(content)
-                target.chmod(mode)
+                write_file(stage / path.lstrip("/"), content, mode)
             spec_file = work / f"{package.name}-{package.version}.spec"
             spec_file.write_text(spec(package, rpm_arch, stage))
             run(["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {work / 'top'}", "--define", f"_rpmdir {out}",
