@@ -73,9 +73,11 @@ SOURCES_LIST = """# gpunode simulated node: Debian's mirror is not reachable fro
 FILES: dict[str, tuple[str, int]] = {
     "usr/lib/gpunode-sim/nvidia-smi": ("nvidia_smi.py", 0o755),
     "usr/lib/gpunode-sim/nv-fabricmanager": ("nv_fabricmanager.py", 0o755),
-    "usr/local/sbin/lsmod": ("lsmod.py", 0o755),
+    "usr/local/sbin/lsmod": ("lsmod.sh", 0o755),
     "usr/local/sbin/modprobe": ("modprobe.sh", 0o755),
     "usr/local/sbin/reboot": ("reboot.sh", 0o755),
+    # ahead of /usr/bin/systemctl on PATH: answers is-active itself, hands everything else to it
+    "usr/local/sbin/systemctl": ("systemctl_fast.sh", 0o755),
 }
 
 
