@@ -68,6 +68,7 @@ def unit_tree(root: Path, pids: dict[str, int]) -> None:
         "pidfile": (lib, "PIDFile=/run/pidfile.pid", None),
         "statusfile": (lib, "StatusFile=/run/elsewhere", None),
         "badpid": (lib, "", "MainPID=abc\n"),
+        "paddedpid": (lib, "", f"MainPID=0{pids['live']}\n"),
         "withdropin": (lib, "", f"MainPID={pids['live']}\n"),
     }
     for name, (folder, extra, status) in units.items():
@@ -116,7 +117,7 @@ def test_the_fast_path_answers_as_the_full_standin(tmp_path: Path, full_standin:
 
 @pytest.mark.parametrize("args", [
     ["is-active", "pidfile"], ["is-active", "statusfile"], ["is-active", "withdropin"], ["is-active", "aliased"],
-    ["is-active", "legacy"], ["is-active", "badpid"], ["is-active", "running", "pidfile"],
+    ["is-active", "legacy"], ["is-active", "badpid"], ["is-active", "paddedpid"], ["is-active", "running", "pidfile"],
     ["is-active", "--quiet", "running"], ["is-active", "run*"], ["is-active", "ssh.socket"], ["is-active"],
     ["status", "running"], ["restart", "running"],
 ])

@@ -25,7 +25,7 @@ zombie() {
   return 1
 }
 
-# one unit's state on stdout; exit 1 = not sure, ask the full stand-in; not-found units add to $errors
+# one unit's state in $state (no subshell); exit 1 = not sure, ask the full stand-in
 unit_state() {
   case "$1" in
     ''|*[!A-Za-z0-9_.-]*) return 1 ;;
@@ -48,7 +48,7 @@ unit_state() {
     for folder in /etc/init.d /run/init.d /var/run/init.d; do
       [ -e "$root$folder/${name%.service}" ] && return 1
     done
-    echo "not-found"
+    state=not-found
     return 0
   fi
   status=$root/run/$name.status
@@ -61,13 +61,14 @@ unit_state() {
       esac
     done < "$status"
   fi
-  if [ -n "$active" ]; then echo "$active"; return 0; fi
+  if [ -n "$active" ]; then state=$active; return 0; fi
   case "$pid" in
-    '') echo inactive ;;
+    '') state=inactive ;;
     *[!0-9]*) return 1 ;;
-    0) echo inactive ;;
+    0) state=inactive ;;
+    0*) return 1 ;;
     *)
-      if kill -0 "$pid" 2>/dev/null && ! zombie "$pid"; then echo active; else echo failed; fi ;;
+      if kill -0 "$pid" 2>/dev/null && ! zombie "$pid"; then state=active; else state=failed; fi ;;
   esac
 }
 
@@ -76,9 +77,8 @@ if [ "$1" = is-active ] && [ $# -gt 1 ]; then
   lines= errors= rc=0
   for unit do
     case "$unit" in -*) exec "$FULL" is-active "$@" ;; esac
-    state=$(unit_state "$unit") || exec "$FULL" is-active "$@"
+    unit_state "$unit" || exec "$FULL" is-active "$@"
     if [ "$state" = not-found ]; then
-      case "$unit" in *.service) name=$unit ;; *) name=$unit.service ;; esac
       errors="${errors}ERROR:systemctl:Unit $name not found.
 "
       state=inactive
