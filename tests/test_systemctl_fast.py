@@ -78,6 +78,14 @@ def unit_tree(root: Path, pids: dict[str, int]) -> None:
     (lib / "overridden.service").write_text(UNIT.format(name="overridden", extra=""))
     (lib / "withdropin.service.d").mkdir()
     (lib / "withdropin.service.d/override.conf").write_text("[Service]\nPIDFile=/run/x.pid\n")
+    (lib / "runningdropin.service").write_text(UNIT.format(name="runningdropin", extra=""))
+    (run / "runningdropin.service.status").write_text(f"MainPID={pids['live']}\n")
+    (etc / "runningdropin.service.d").mkdir()  # as docker's on the simulated nodes: ExecStart only
+    (etc / "runningdropin.service.d/gpunode-sim.conf").write_text("[Service]\nExecStart=\nExecStart=/bin/true\n")
+    (etc / "runningdropin.service.d/notes.txt").write_text("PIDFile=/run/ignored.pid (not a .conf)\n")
+    (lib / "linkeddropin.service").write_text(UNIT.format(name="linkeddropin", extra=""))
+    (etc / "linkeddropin.service.d").mkdir()
+    (etc / "linkeddropin.service.d/x.conf").symlink_to(lib / "withdropin.service.d/override.conf")
     (lib / "aliased.service").symlink_to("running.service")
     (root / "etc/init.d/legacy").write_text("#!/bin/sh\n")
 
@@ -101,7 +109,7 @@ def fast(tmp_path: Path, root: Path, *args: str) -> tuple[str, str, int]:
 
 @pytest.mark.parametrize("units", [
     ["running"], ["crashed"], ["zombied"], ["failedstart"], ["stated"], ["stopped"], ["emptystatus"],
-    ["zeropid"], ["spaced"], ["overridden"], ["missing"], ["running.service"],
+    ["zeropid"], ["spaced"], ["overridden"], ["missing"], ["running.service"], ["runningdropin"],
     ["running", "missing", "stopped"],  # the deploy's own call: containerd docker crio
     ["running", "overridden"],
 ])
@@ -117,6 +125,7 @@ def test_the_fast_path_answers_as_the_full_standin(tmp_path: Path, full_standin:
 
 @pytest.mark.parametrize("args", [
     ["is-active", "pidfile"], ["is-active", "statusfile"], ["is-active", "withdropin"], ["is-active", "aliased"],
+    ["is-active", "linkeddropin"],
     ["is-active", "legacy"], ["is-active", "badpid"], ["is-active", "paddedpid"], ["is-active", "running", "pidfile"],
     ["is-active", "--quiet", "running"], ["is-active", "run*"], ["is-active", "ssh.socket"], ["is-active"],
     ["status", "running"], ["restart", "running"],

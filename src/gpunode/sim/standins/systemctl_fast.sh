@@ -3,8 +3,8 @@
 # `systemctl is-active UNIT...`, the one systemctl call on the deploy's hot path: the full stand-in is Python
 # and costs ~40 ms per call (interpreter, imports, unit scan), a real systemctl a few. It answers as that
 # stand-in does (same lines, same exit code) where a unit is a plain service file without PIDFile,
-# StatusFile or drop-ins, and its state is in /run/UNIT.status; anything else (options, patterns, other
-# unit types, aliases, SysV scripts) goes to the full stand-in. tests/test_systemctl_fast.py compares both
+# StatusFile (nor drop-ins that set them), and its state is in /run/UNIT.status; anything else (options,
+# patterns, other unit types, aliases, SysV scripts) goes to the full stand-in. tests/test_systemctl_fast.py compares both
 # (the two variables below let it run both on a unit tree of its own, as the full stand-in's --root does).
 FULL=${GPUNODE_SIM_SYSTEMCTL:-/usr/bin/systemctl}
 root=${GPUNODE_SIM_SYSTEMCTL_ROOT:-}
@@ -25,6 +25,14 @@ zombie() {
   return 1
 }
 
+# a unit file or drop-in that does not mention PIDFile or StatusFile (any mention, even a comment, goes to the
+# full stand-in)
+plain() {
+  while IFS= read -r line || [ -n "$line" ]; do
+    case "$line" in *PIDFile*|*StatusFile*) return 1 ;; esac
+  done < "$1"
+}
+
 # one unit's state in $state (no subshell); exit 1 = not sure, ask the full stand-in
 unit_state() {
   case "$1" in
@@ -36,12 +44,15 @@ unit_state() {
   found=
   for folder in $FOLDERS; do
     file=$root$folder/$name
-    [ -d "$file.d" ] && return 1
+    if [ -d "$file.d" ]; then  # drop-ins (*.conf, as the stand-in reads them) may set what decides the state
+      for dropin in "$file.d"/*.conf; do
+        [ -e "$dropin" ] || [ -L "$dropin" ] || continue
+        [ -f "$dropin" ] && [ ! -L "$dropin" ] && plain "$dropin" || return 1
+      done
+    fi
     if [ -L "$file" ] || { [ -e "$file" ] && [ ! -f "$file" ]; }; then return 1; fi
     [ -f "$file" ] || continue
-    while IFS= read -r line || [ -n "$line" ]; do  # any mention, even a comment: the full stand-in decides
-      case "$line" in *PIDFile*|*StatusFile*) return 1 ;; esac
-    done < "$file"
+    plain "$file" || return 1
     found=1
   done
   if [ -z "$found" ]; then
