@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv" / "bin"
 ANSIBLE_DIR = REPO / "bench" / "ansible"
 ANSIBLE_VENV = REPO / ".venv-ansible"
-ANSIBLE_ROUNDS = 3
+ANSIBLE_ROUNDS = 5
 # Ansible's apt module needs python3-apt on the node; the simulated nodes have no Debian mirror, so the bench
 # brings these (fetched on this machine) before Ansible's first run. Not timed.
 PYTHON_APT = ("python3-apt", "python-apt-common", "distro-info-data")
