@@ -86,6 +86,10 @@ def counter(text: str, name: str) -> int:
 
 def test_containerd_nodes_run_the_real_kubelet_and_the_plugin_image_built_here(fleet: dict) -> None:
     client = api(fleet)
+    # a kubelet whose runtime did not answer CRI Version at its first status update reports "containerd://Unknown"
+    # and fills the version in at a later one (every 10 s): seen once in CI, right after the fleet came up
+    wait_for(lambda: client.get(Node, "node01").status.nodeInfo.containerRuntimeVersion != "containerd://Unknown",
+             timeout=30, what="node01's kubelet to report its runtime's version")
     info = {n: client.get(Node, n).status.nodeInfo for n in ("node01", "node02", "node03")}
     assert info["node01"].kubeletVersion == "v1.35.4" and info["node03"].kubeletVersion == "v1.35.4"
     assert info["node01"].containerRuntimeVersion == "containerd://1.6.20"
