@@ -131,6 +131,8 @@ def test_on_containerd_2_the_admins_schema_2_settings_survive_the_base_config(mi
 def test_verify_and_doctor_pass_on_every_generation(mixed: dict, tmp_path: Path, pin: str) -> None:
     out = tmp_path / "verify.json"
     result = gpunode("verify", INVENTORY, "--json", str(out), *pinned(pin), env=mixed["env"], check=False)
+    assert out.exists(), (f"gpunode verify wrote no JSON (exit {result.returncode}):\n"
+                          f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     results = json.loads(out.read_text())
     assert result.returncode == 0 and failing(results) == {}, failing(results)
     nodes = [n for n, (_, p, _) in NODES.items() if p == pin]
