@@ -4,8 +4,9 @@
 # and costs ~40 ms per call (interpreter, imports, unit scan), a real systemctl a few. It answers as that
 # stand-in does (same lines, same exit code) where a unit is a plain service file without PIDFile,
 # StatusFile (nor drop-ins that set them), and its state is in /run/UNIT.status; anything else (options,
-# patterns, other unit types, aliases, SysV scripts) goes to the full stand-in. tests/test_systemctl_fast.py compares both
-# (the two variables below let it run both on a unit tree of its own, as the full stand-in's --root does).
+# patterns, other unit types, aliases, SysV scripts) goes to the full stand-in. tests/test_systemctl_fast.py
+# compares both (the two variables below let it run both on a unit tree of its own, as the full stand-in's
+# --root does).
 FULL=${GPUNODE_SIM_SYSTEMCTL:-/usr/bin/systemctl}
 root=${GPUNODE_SIM_SYSTEMCTL_ROOT:-}
 FOLDERS="/etc/systemd/system /run/systemd/system /var/run/systemd/system /usr/local/lib/systemd/system
