@@ -78,8 +78,7 @@ class DoctorReport:
 
 def first_broken(host: str, verification: Verification) -> Problem | None:
     if host in verification.errors:
-        return Problem(host, Finding("connection", Severity.FAIL, verification.errors[host],
-                                     fix="check SSH access to the host", code="unreachable"))
+        return Problem(host, verification.errors[host])
     for step in STEPS:
         result = verification.result(host, step)
         if result.outcome == "fail":
@@ -91,7 +90,8 @@ def first_broken(host: str, verification: Verification) -> Problem | None:
 def host_links(host: str, verification: Verification) -> list[Link]:
     """Each step's verdict for ``host`` as a link: its proof, its first failure, or why it was not checked."""
     if host in verification.errors:
-        return [Link("connection", "finding", verification.errors[host]),
+        error = verification.errors[host]
+        return [Link("connection", "finding", error.what, list(error.evidence)),
                 *(Link(step, "not checked", "the host could not be read") for step in STEPS)]
     links = []
     for step in STEPS:

@@ -19,8 +19,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from paramiko.ssh_exception import SSHException
 from pyinfra import host
-from pyinfra.api import Host, StringCommand, operation
+from pyinfra.api import Host, operation
 
+from gpunode import connection
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
@@ -42,8 +43,8 @@ def fresh_driver_state(target: Host) -> dict | None:
 
 
 def _run(target: Host, command: str) -> tuple[bool, list[str]]:
-    status, output = target.run_shell_command(StringCommand(command), print_output=False)
-    return status, output.stdout_lines
+    status, stdout, _stderr = connection.run(target, command)
+    return status, stdout
 
 
 def set_unschedulable(target: Host, settings: ClusterSettings, node: str, cordon: bool, reason: str = "") -> None:

@@ -13,8 +13,9 @@ import tomllib
 
 import tomlkit
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, Host, StringCommand, operation
+from pyinfra.api import FileUploadCommand, Host, operation
 
+from gpunode import connection
 from gpunode.diagnosis import failures
 from gpunode.diagnosis.runtime import chosen_runtime, diagnose
 from gpunode.errors import GpunodeError
@@ -223,11 +224,11 @@ def unset_default(runtime: str, state: dict):
 
 def recheck(target: Host, settings: NodeSettings) -> None:
     """Read the runtime's facts again after the change and restart: what the step found must be gone."""
-    status, output = target.run_shell_command(StringCommand(RuntimeConfig().command()), print_output=False)
+    status, stdout, stderr = connection.run(target, RuntimeConfig().command())
     if not status:
-        raise GpunodeError(f"could not read the runtime's facts again after the change: {output.stderr.strip()}",
+        raise GpunodeError(f"could not read the runtime's facts again after the change: {' '.join(stderr).strip()}",
                            "run 'gpunode verify' on the host")
-    left = failures(diagnose(RuntimeConfig().process(output.stdout_lines), settings))
+    left = failures(diagnose(RuntimeConfig().process(stdout), settings))
     if left:
         raise GpunodeError("the runtime step changed the config and restarted the runtime, but the check still "
                            "fails:\n" + "\n".join(str(f) for f in left),

@@ -11,16 +11,16 @@ each suite then judges its step from them. Nothing is changed on any host.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from gpunode.diagnosis import Severity
+from gpunode.connection import Connections, Reply, Unreachable
+from gpunode.diagnosis import Finding, Severity
 from gpunode.errors import GpunodeError
 from gpunode.facts.node import facts_command, split_facts
 from gpunode.verify.checks import STEPS, ClusterView, StepResult, judge
-from gpunode.verify.targets import Connections, Target, load_inventory, parse_data
+from gpunode.verify.targets import Target, load_inventory, parse_data
 
 MAX_PARALLEL = 32
 
@@ -40,37 +40,40 @@ class Verification:
 
     def __init__(self, targets: list[Target]) -> None:
         self.targets = {t.name: t for t in targets}
-        self.connections = Connections(targets)
+        self.connections = Connections([(t.name, t.data) for t in targets])
         self.verdicts: dict[str, dict[str, StepResult]] = {}
-        self.errors: dict[str, str] = {}
+        self.errors: dict[str, Finding] = {}  # hosts that could not be read: the "connection" link's finding
         self.facts: dict[str, dict[str, dict]] = {}
         self.cluster = ClusterView()
 
     def read_all(self) -> None:
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(self.targets))) as pool:
-            for name, outcome in zip(self.targets, pool.map(self._read, self.targets), strict=True):
-                if isinstance(outcome, str):
-                    self.errors[name] = outcome
-                else:
-                    self.verdicts[name] = outcome
+        for name, reply in self.connections.run_all(facts_command(), MAX_PARALLEL).items():
+            outcome = self._judge(name, reply)
+            if isinstance(outcome, Finding):
+                self.errors[name] = outcome
+            else:
+                self.verdicts[name] = outcome
 
-    def _read(self, name: str) -> dict[str, StepResult] | str:
-        try:
-            result = self.connections.host(name).run(facts_command())
-        except Exception as error:  # noqa: BLE001 - any connection failure is reported per host
-            return f"cannot reach {name}: {error}"
-        if result.rc == 255 or (result.rc != 0 and not result.stdout):
-            return f"cannot reach {name}: {(result.stderr or 'ssh failed').strip().splitlines()[-1]}"
+    def _judge(self, name: str, reply: Reply | Unreachable) -> dict[str, StepResult] | Finding:
+        if isinstance(reply, Unreachable):
+            return Finding("connection", Severity.FAIL, reply.problem, reply.evidence, reply.fix or "", reply.code)
+        if not reply.ok and not reply.stdout:
+            said = (reply.stderr.strip().splitlines() or ["no output"])[-1]
+            return Finding("connection", Severity.FAIL, f"cannot read {name}: the facts command failed: {said}",
+                           [f"stderr on {name}: {line}" for line in reply.stderr.strip().splitlines()[-5:]],
+                           "run 'gpunode doctor' again; if it persists, run the command by hand as the inventory's "
+                           "user", "unreadable")
         try:
             settings = self.targets[name].settings
         except GpunodeError as error:
-            return f"bad inventory data for {name}: {error}"
-        self.facts[name] = split_facts(result.stdout)
+            return Finding("connection", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
+                           fix=error.fix or "", code="bad-data")
+        self.facts[name] = split_facts(reply.stdout)
         return judge(name, self.facts[name], settings, self.targets[name].data, self.cluster)
 
     def result(self, host: str, step: str) -> StepResult:
         if host in self.errors:
-            return StepResult(host, step, "fail", self.errors[host])
+            return StepResult(host, step, "fail", self.errors[host].what, [self.errors[host]])
         return self.verdicts[host][step]
 
 
