@@ -95,12 +95,12 @@ def ansible_ready(env: dict[str, str], state: str) -> list[str]:
     debs.mkdir(exist_ok=True)
     subprocess.run(["apt-get", "download", "-q", *PYTHON_APT], cwd=debs, check=True, capture_output=True)
     ssh_config = Path(state) / "ssh" / "config"
-    hosts = re.findall(r"^Host (\S+)", ssh_config.read_text(), re.M)
+    hosts = [h for h in re.findall(r"^Host (\S+)", ssh_config.read_text(), re.M) if h != "bastion"]
 
     def install(host: str) -> None:
         subprocess.run(["scp", "-q", "-F", str(ssh_config), *map(str, debs.glob("*.deb")), f"{host}:/tmp/"],
                        check=True)
-        subprocess.run(["ssh", "-F", str(ssh_config), host, "dpkg -i /tmp/*.deb >/dev/null && rm -f /tmp/*.deb"],
+        subprocess.run(["ssh", "-F", str(ssh_config), host, "sudo dpkg -i /tmp/*.deb >/dev/null && rm -f /tmp/*.deb"],
                        check=True)
 
     with ThreadPoolExecutor(max_workers=8) as pool:

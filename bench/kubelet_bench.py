@@ -76,7 +76,7 @@ def main(rounds: int) -> None:
         try:
             run([GPUNODE, "deploy", "inventories/sim.py", "--report", f"{state}/report.json"], env)
             usage = run([*ssh, "for p in $(pgrep -f 'python3 -m gpunode_plugin' | head -1) $(pgrep -x kubelet); do "
-                               "echo $(cat /proc/$p/comm) $(awk '/VmRSS|Threads/ {print $2}' /proc/$p/status) "
+                               "echo $(cat /proc/$p/comm) $(sudo awk '/VmRSS|Threads/ {print $2}' /proc/$p/status) "
                                "$(awk '{print $14 + $15}' /proc/$p/stat); done"], env)
             rows = [line.split() for line in usage.splitlines()]
             ticks = os.sysconf("SC_CLK_TCK")
@@ -89,7 +89,7 @@ def main(rounds: int) -> None:
             run([*ssh, f"cat > /tmp/restart <<'EOF'\n{RESTART}\nEOF"], env)
             latencies = []
             for _ in range(rounds):
-                out = dict(re.findall(r"^(\w+)=(.*)$", run([*ssh, "sh /tmp/restart"], env), re.MULTILINE))
+                out = dict(re.findall(r"^(\w+)=(.*)$", run([*ssh, "sudo sh /tmp/restart"], env), re.MULTILINE))
                 if out.get("registered"):
                     latencies.append(klog_time(out["registered"]) - float(out["socket"]))
                 time.sleep(1)
@@ -97,8 +97,8 @@ def main(rounds: int) -> None:
                   f"p50 {percentile(latencies, 0.5) * 1000:.0f} ms, p99 {percentile(latencies, 0.99) * 1000:.0f} ms")
             for index in range(rounds):
                 run([GPUNODE, "sim", "run", f"pod{index}", "--", "sh", "-c", "nvidia-smi -L; sleep 2"], env)
-            log = run([*ssh, "journalctl -u kubelet | grep 'Observed pod startup duration' | grep 'pod=\"default/'"],
-                      env)
+            log = run([*ssh, "sudo journalctl -u kubelet | grep 'Observed pod startup duration' "
+                             "| grep 'pod=\"default/'"], env)
             starts = [float(v) for v in re.findall(r"podStartSLOduration=([\d.]+)", log)]
             print(f"GPU pod start through the real kubelet ({len(starts)} pods, Allocate included): "
                   f"p50 {percentile(starts, 0.5) * 1000:.0f} ms, p99 {percentile(starts, 0.99) * 1000:.0f} ms")

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from . import fleet_ssh
 from .conftest import block, gpunode
+from .fleet_ssh import ssh_ok
 from .test_provisioning import INVENTORY, failing
 from .test_upgrades import NEW_DRIVER
 
@@ -60,10 +62,7 @@ def mixed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def ssh(fleet: dict, node: str, command: str) -> str:
-    result = subprocess.run(["ssh", "-F", fleet["ssh_config"], node, command], capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, f"{node}: {command}\n{result.stderr}"
-    return result.stdout
+    return ssh_ok(fleet, node, command)
 
 
 def deploy(fleet: dict, tmp_path: Path, pin: str) -> tuple[subprocess.CompletedProcess[str], dict]:
@@ -178,12 +177,10 @@ def test_the_rpm_node_takes_the_toolkit_from_dnf_with_signatures_checked_and_loc
     signature = ssh(mixed, RPM_NODE, "rpm -qi nvidia-container-toolkit | grep '^Signature'")
     assert fingerprint[-16:].lower() in signature.lower(), signature  # installed as signed by the repository's key
     # apt is not how this node installs packages: the toolkit never went through dpkg
-    refused = subprocess.run(["ssh", "-F", mixed["ssh_config"], RPM_NODE, "apt-get update"], capture_output=True,
-                             text=True, timeout=60, check=False)
+    refused = fleet_ssh.ssh(mixed, RPM_NODE, "apt-get update", timeout=60)
     assert refused.returncode == 100 and "installs packages with dnf" in refused.stderr
-    assert "no packages found" in subprocess.run(
-        ["ssh", "-F", mixed["ssh_config"], RPM_NODE, "dpkg-query -W nvidia-container-toolkit"], capture_output=True,
-        text=True, timeout=60, check=False).stderr
+    assert "no packages found" in fleet_ssh.ssh(mixed, RPM_NODE, "dpkg-query -W nvidia-container-toolkit",
+                                                timeout=60).stderr
 
 
 def test_the_rpm_pin_moves_up_and_down_with_its_locks(mixed: dict, tmp_path: Path) -> None:

@@ -15,16 +15,14 @@ from pathlib import Path
 import pytest
 
 from .conftest import CONTAINERD_DEFAULT, REPO, block, gpunode
+from .fleet_ssh import ssh_ok
 
 pytestmark = pytest.mark.fleet
 INVENTORY = "inventories/sim.py"
 
 
 def ssh(fleet: dict, node: str, command: str) -> str:
-    result = subprocess.run(["ssh", "-F", fleet["ssh_config"], node, command], capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, f"{node}: {command}\n{result.stderr}"
-    return result.stdout
+    return ssh_ok(fleet, node, command)
 
 
 def deploy(fleet: dict, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import re
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from .conftest import gpunode
+from .fleet_ssh import ssh_ok
 
 pytestmark = pytest.mark.fleet
 NAMESPACE = "gpunode-system"
@@ -37,10 +37,7 @@ def api(fleet: dict) -> Client:
 
 
 def ssh(fleet: dict, command: str, node: str = NODE) -> str:
-    result = subprocess.run(["ssh", "-F", fleet["ssh_config"], node, command], capture_output=True, text=True,
-                            timeout=120, check=False)
-    assert result.returncode == 0, f"{node}: {command}\n{result.stdout}\n{result.stderr}"
-    return result.stdout
+    return ssh_ok(fleet, node, command)
 
 
 def wait_for(check: Callable[[], object], timeout: float = 60, what: str = "") -> object:

@@ -12,16 +12,17 @@ import pytest
 import testinfra
 
 from gpunode.sim.gpus import driver_state
+from gpunode.sim.node import KUBELET_PORT
 from gpunode.sim.profiles import load_profile
 
+from . import fleet_ssh
 from .conftest import REPO, block, gpunode
 
 pytestmark = pytest.mark.fleet
 
 
-def ssh(fleet: dict, node: str, command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["ssh", "-F", fleet["ssh_config"], node, command], capture_output=True, text=True,
-                          timeout=60, check=False)
+def ssh(fleet: dict, node: str, command: str, root: bool = False) -> subprocess.CompletedProcess[str]:
+    return fleet_ssh.ssh(fleet, node, command, root=root, timeout=60)
 
 
 def pyinfra(fleet: dict, *args: str) -> subprocess.CompletedProcess[str]:
@@ -110,9 +111,9 @@ def test_testinfra_sees_services_devices_and_runtimes(fleet: dict) -> None:
 
 def test_containers_really_run_on_the_runtimes(fleet: dict) -> None:
     result = ssh(fleet, "node01",
-                 "ctr plugins ls | awk '$2==\"cri\"{print $4}'; ctr version >/dev/null && echo ctr-ok")
+                 "ctr plugins ls | awk '$2==\"cri\"{print $4}'; ctr version >/dev/null && echo ctr-ok", root=True)
     assert result.stdout.split() == ["ok", "ctr-ok"], result.stdout + result.stderr
-    info = ssh(fleet, "node02", "docker info --format '{{.ServerVersion}} {{.DefaultRuntime}}'")
+    info = ssh(fleet, "node02", "docker info --format '{{.ServerVersion}} {{.DefaultRuntime}}'", root=True)
     assert info.returncode == 0 and info.stdout.strip().endswith(" runc"), info.stderr
 
 
@@ -132,7 +133,7 @@ apt-get install -y -qq nvidia-container-toolkit=$v nvidia-container-toolkit-base
 nvidia-ctk --version
 apt-cache policy nvidia-container-toolkit | awk '/Candidate/{{print $2}}'
 """
-    result = ssh(fleet, "node03", script)
+    result = ssh(fleet, "node03", script, root=True)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split("\n")
     assert lines[0] == repo["key_fingerprint"]
@@ -140,7 +141,7 @@ apt-cache policy nvidia-container-toolkit | awk '/Candidate/{{print $2}}'
     assert "1.20.0-1" in lines  # the newer version is the candidate, as in NVIDIA's repository
     unsigned = ssh(fleet, "node03",
                    "sed -i 's/signed-by=[^]]*/trusted=no/' /etc/apt/sources.list.d/nvidia-container-toolkit.list;"
-                   " apt-get update 2>&1; echo rc=$?")
+                   " apt-get update 2>&1; echo rc=$?", root=True)
     # without signed-by, apt checks the system keyrings only and refuses the repository's signature
     assert f"NO_PUBKEY {repo['key_fingerprint'][-16:]}" in unsigned.stdout, unsigned.stdout
 
@@ -158,9 +159,9 @@ def test_exec_enters_a_node_without_ssh(fleet: dict) -> None:
     assert result.stdout.splitlines() == ["Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB"]
 
 
-def _listening(address: str) -> bool:
+def _listening(address: str, port: int) -> bool:
     try:
-        with socket.create_connection((address, 22), timeout=1):
+        with socket.create_connection((address, port), timeout=1):
             return True
     except OSError:
         return False
@@ -170,7 +171,7 @@ def test_a_failing_node_is_reported_by_name_and_the_others_come_up(tmp_path: Pat
     env = {**sim_env, "GPUNODE_SIM_DIR": str(tmp_path / "sim"), "GPUNODE_SIM_NET": block(sim_env, 1)}
     squatter = socket.socket()
     squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    squatter.bind((f"127.0.{env['GPUNODE_SIM_NET']}.2", 22))
+    squatter.bind((f"127.0.{env['GPUNODE_SIM_NET']}.2", KUBELET_PORT))
     squatter.listen()
     try:
         result = gpunode("sim", "up", "-n", "2", env=env, check=False)
@@ -178,16 +179,18 @@ def test_a_failing_node_is_reported_by_name_and_the_others_come_up(tmp_path: Pat
         squatter.close()
     try:
         assert result.returncode == 1
-        assert "node02 failed: ssh-host exited" in result.stderr
+        assert "node02 failed: kubelet-host exited" in result.stderr
         assert "Address already in use" in result.stderr  # node02's console log is shown
         assert result.stdout.count(" up") >= 1 and f"node01   127.0.{env['GPUNODE_SIM_NET']}.1" in result.stdout
-        assert _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")
+        assert _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1", KUBELET_PORT)
+        assert _listening(f"127.0.{env['GPUNODE_SIM_NET']}.253", 22)  # the bastion
     finally:
         # without GPUNODE_SIM_NET: down must find the fleet's block in its state, not in the environment
         down = gpunode("sim", "down", env={k: v for k, v in env.items() if k != "GPUNODE_SIM_NET"}, check=False)
     assert down.returncode == 0, down.stderr
-    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")
-    assert not Path("/run/netns/gpunode21-node01").exists() and not Path("/run/netns/gpunode21-node02").exists()
+    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1", KUBELET_PORT)
+    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.253", 22)
+    assert not [ns for ns in ("node01", "node02", "bastion") if Path(f"/run/netns/gpunode21-{ns}").exists()]
 
 
 def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_env: dict) -> None:
@@ -207,5 +210,5 @@ def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_e
     from gpunode.sim.paths import SimPaths
 
     assert leftovers(SimPaths(tmp_path / "sim", Path("/var/cache/gpunode"), 22)) == []
-    assert not Path("/run/netns/gpunode22-node01").exists()
-    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1")
+    assert not Path("/run/netns/gpunode22-node01").exists() and not Path("/run/netns/gpunode22-bastion").exists()
+    assert not _listening(f"127.0.{env['GPUNODE_SIM_NET']}.1", KUBELET_PORT)

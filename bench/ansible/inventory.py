@@ -21,7 +21,7 @@ def inventory(fleet: dict) -> dict:
     defaults = NodeSettings()
     repo = fleet["toolkit_repo"]
     shared = {
-        "ansible_user": "root",
+        "ansible_user": fleet["hosts"][next(iter(fleet["hosts"]))]["ssh_user"], "ansible_become": True,
         "driver_min_version": defaults.driver_min_version, "toolkit_version": defaults.toolkit_version,
         "toolkit_packages": list(TOOLKIT_PACKAGES), "keyring_path": KEYRING_PATH, "list_path": LIST_PATH,
         "toolkit_repository_url": repo["repository_url"], "toolkit_key_url": repo["key_url"],
@@ -33,10 +33,9 @@ def inventory(fleet: dict) -> dict:
         for name in names:
             host = fleet["hosts"][name]
             hosts[name] = {
-                "ansible_host": host["ssh_hostname"], "ansible_port": host["ssh_port"],
+                # the fleet's ssh_config: its user, key, known hosts and the ProxyJump through the bastion
                 "ansible_ssh_private_key_file": host["ssh_key"],
-                "ansible_ssh_common_args": f"-o UserKnownHostsFile={host['ssh_known_hosts_file']} "
-                                           "-o StrictHostKeyChecking=yes -o IdentitiesOnly=yes",
+                "ansible_ssh_common_args": f"-F {host['ssh_config_file']}",
                 "container_runtime": host.get("container_runtime", "none"),
                 "gpu_expected": bool(host.get("gpu_expected")),
             }

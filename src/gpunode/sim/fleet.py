@@ -24,6 +24,7 @@ from pathlib import Path
 from gpunode.errors import GpunodeError
 from gpunode.sim import controlplane, images, kubernetes, plugin_image, prereqs, toolkit_build
 from gpunode.sim.aptrepo import REPO_PATH, build_repo
+from gpunode.sim.bastion import FORWARD_PREFIX, Bastion
 from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
 from gpunode.sim.node import (
     REPO_PORT,
@@ -38,7 +39,7 @@ from gpunode.sim.node import (
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive
 from gpunode.sim.profiles import NodeSpec, load_profile
-from gpunode.sim.ssh import client_key, write_client_files
+from gpunode.sim.ssh import SIM_USER, client_key, write_client_files
 from gpunode.sim.tools import write_tools_layer
 
 Say = Callable[[str], None]
@@ -137,9 +138,11 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
     hosts = {}
     for name, entry in sorted(state.data["nodes"].items()):
         hosts[name] = {
-            "ssh_hostname": entry["address"],
-            "ssh_port": 22,
-            "ssh_user": "root",
+            # reached as production nodes are: a non-root user with sudo, through the bastion (ProxyJump in the
+            # fleet's ssh_config, which pyinfra, verify and doctor all read)
+            "ssh_config_file": str(paths.ssh_config),
+            "ssh_user": SIM_USER,
+            "_sudo": True,
             "ssh_key": str(key),
             "ssh_known_hosts_file": str(paths.ssh / "known_hosts"),
             "ssh_strict_host_key_checking": "yes",
@@ -234,6 +237,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     _start_control_plane(paths, state, say)
     key = client_key(paths.ssh)
     authorized = Path(f"{key}.pub").read_text().strip()
+    bastion, bastion_key = _start_bastion(paths, state, authorized)
     report = FleetReport()
     nodes = [SimNode(paths, spec) for spec in specs]
     host_keys: dict[str, tuple[str, str]] = {}
@@ -286,10 +290,63 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     all_keys = {name: (entry["address"], Path(f"{paths.node(name) / 'ssh_host_ed25519_key'}.pub").read_text())
                 for name, entry in state.data["nodes"].items()}
     all_keys.update(host_keys)
-    report.ssh_config = write_client_files(paths.ssh, all_keys)
+    for name, entry in state.data["nodes"].items():  # each node's sshd, at its address inside the bastion's network
+        _forward(bastion, state, name, entry["address"], paths.node(name) / "sshd.sock")
+    error = bastion.wait_ready(READY_TIMEOUT)
+    if error:
+        raise GpunodeError(error, "stop the fleet with 'gpunode sim down' and start it again")
+    report.ssh_config = write_client_files(paths.ssh, all_keys, (bastion.address, bastion_key))
     report.inventory = write_inventory(paths, state, repo.fingerprint)
     say(f"fleet ready in {time.monotonic() - started:.1f} s")
     return report
+
+
+def _start_bastion(paths: SimPaths, state: FleetState, authorized: str) -> tuple[Bastion, str]:
+    """The fleet's bastion, started unless it runs; (the bastion, its SSH host public key)."""
+    bastion = Bastion(paths, state.net_block(paths))
+    entry = state.data.setdefault("bastion", {"address": bastion.address, "pids": {}})
+    core = [NodeProcess(role, pid) for role, pid in entry["pids"].items() if not role.startswith(FORWARD_PREFIX)]
+    if core and all(p.alive() for p in core):
+        return bastion, Path(f"{bastion.host_key}.pub").read_text().strip()
+    bastion.stop([NodeProcess(role, pid) for role, pid in entry["pids"].items()])
+    entry["pids"] = {}
+    state.save()
+    host_key = bastion.prepare(authorized)
+
+    def record(proc: NodeProcess) -> None:
+        entry["pids"][proc.role] = proc.pid
+        state.save()
+
+    bastion.start(record)
+    return bastion, host_key
+
+
+def _forward(bastion: Bastion, state: FleetState, name: str, address: str, node_socket: Path) -> None:
+    """The bastion's forwarder to node ``name``, started unless it runs."""
+    pids = state.data["bastion"]["pids"]
+    role = f"{FORWARD_PREFIX}{name}"
+    if role in pids and NodeProcess(role, pids[role]).alive():
+        return
+
+    def record(proc: NodeProcess) -> None:
+        pids[proc.role] = proc.pid
+        state.save()
+
+    bastion.forward(name, address, node_socket, record)
+
+
+def _stop_bastion(paths: SimPaths, state: FleetState, names: list[str]) -> None:
+    """Stop the bastion's forwarders to ``names``, and the bastion itself once no node is left."""
+    entry = state.data.get("bastion")
+    if not entry:
+        return
+    if state.data["nodes"]:
+        stop_processes([NodeProcess(role, entry["pids"].pop(role)) for role in list(entry["pids"])
+                        if role.removeprefix(FORWARD_PREFIX) in names and role.startswith(FORWARD_PREFIX)])
+    else:
+        Bastion(paths, state.net_block(paths)).stop([NodeProcess(r, p) for r, p in entry["pids"].items()])
+        del state.data["bastion"]
+    state.save()
 
 
 def _start_kubelet(paths: SimPaths, node: SimNode, state: FleetState) -> str | None:
@@ -373,6 +430,7 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         del state.data["nodes"][name]
         state.save()
         say(f"stopped {name}")
+    _stop_bastion(paths, state, chosen)
     if state.data["nodes"] and alive(state.data["services"].get("kube-apiserver")):
         _delete_node_objects(paths, chosen, say)
     if not state.data["nodes"]:
@@ -501,7 +559,8 @@ def leftovers(paths: SimPaths) -> list[str]:
     state = FleetState(paths)
     prefix = f"gpunode{state.net_block(paths)}-"
     for ns in sorted(Path("/run/netns").glob(f"{prefix}*")) if Path("/run/netns").exists() else []:
-        if ns.name.removeprefix(prefix) not in state.data["nodes"]:
+        if ns.name.removeprefix(prefix) not in state.data["nodes"] and not (
+                ns.name == Bastion(paths, state.net_block(paths)).netns and state.data.get("bastion")):
             found.append(f"network namespace {ns.name}")
     if not state.data["nodes"]:
         found += [f"process {pid}: {cmdline[:120]}" for pid, cmdline in _stray_processes(paths)]

@@ -29,10 +29,11 @@ from gpunode.sim.hostcmd import run
 from gpunode.sim.mirror import debian_mirror
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.profiles import DEFAULT_OS, OPERATING_SYSTEMS
+from gpunode.sim.ssh import SIM_USER
 
 SUITE = OPERATING_SYSTEMS[DEFAULT_OS]
 BASE_PACKAGES = ("openssh-server", "python3", "gnupg", "ca-certificates", "curl", "procps", "iproute2",
-                 "kmod", "systemd", "less", "iputils-ping")
+                 "kmod", "systemd", "less", "iputils-ping", "sudo")
 LAYER_ORDER = ("sim", "containerd", "docker")
 LAYER_PACKAGES = {"sim": (), "containerd": ("containerd", "runc", "containernetworking-plugins"),
                   "docker": ("docker.io",)}
@@ -69,8 +70,16 @@ SIM_INIT = f"""#!/bin/sh
 # PID 1 of a simulated node: start every enabled unit, reap orphans, stop cleanly on SIGTERM.
 exec /usr/bin/python3 {SIM_LIB}/systemctl3.py init
 """
+# The operator's account on every node, as production fleets have it: a non-root user with passwordless sudo
+# (root's SSH login is refused). Its password is for the tests in which sudo asks for one (a sudoers file without
+# NOPASSWD); SSH never takes a password.
+SIM_UID = 1000
+SIM_USER_PASSWORD = "gpunode-sim-sudo"
+SUDOERS = f"""# gpunode simulated node: the operator may run anything as root, without a password
+{SIM_USER} ALL=(ALL:ALL) NOPASSWD: ALL
+"""
 SSHD_CONF = """# gpunode simulated node
-PermitRootLogin prohibit-password
+PermitRootLogin no
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UseDNS no
@@ -109,7 +118,8 @@ def _layer_digest(name: str, suite: str = SUITE) -> str:
     parents = [_layer_digest(p, suite) for p in RUNTIME_LAYERS.get(name, ())[1:]] if name in RUNTIME_LAYERS else []
     extra: tuple[object, ...] = ()
     if name == "sim":
-        extra = (systemctl.RELEASE, systemctl.PATCHES, SYSTEMCTL_WRAPPER, SIM_INIT, SSHD_CONF, APT_CONF)
+        extra = (systemctl.RELEASE, systemctl.PATCHES, SYSTEMCTL_WRAPPER, SIM_INIT, SSHD_CONF, APT_CONF, SIM_USER,
+                 SIM_UID, SIM_USER_PASSWORD, SUDOERS)
     if name == "docker":
         extra = (DOCKER_DROPIN,)
     if name == "containerd":
@@ -244,13 +254,15 @@ def _build_sim_layer(paths: SimPaths, os_name: str, upper: Path) -> None:
     sources = systemctl.fetch(paths.cache / "wheels")
     for file_name, text in sources.items():
         _write(upper, f"{SIM_LIB}/{file_name}", text, 0o755)
-    script = """
+    script = f"""
         for path in /usr/bin/systemctl /bin/systemctl /usr/bin/journalctl /bin/journalctl; do
           dpkg-divert --local --no-rename --divert "$path.distrib" --add "$path" >/dev/null
         done
         mv /usr/bin/systemctl /usr/bin/systemctl.distrib
         mv /usr/bin/journalctl /usr/bin/journalctl.distrib
         rm -f /etc/ssh/ssh_host_*
+        useradd --create-home --shell /bin/bash --uid {SIM_UID} --user-group {SIM_USER}
+        echo '{SIM_USER}:{SIM_USER_PASSWORD}' | chpasswd
         : > /etc/machine-id
         rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
         python3 -m compileall -q {SIM_LIB}
@@ -261,6 +273,7 @@ def _build_sim_layer(paths: SimPaths, os_name: str, upper: Path) -> None:
     _write(upper, "/usr/local/sbin/sim-init", SIM_INIT, 0o755)
     _write(upper, "/usr/lib/systemd/system-preset/99-gpunode-sim.preset", "enable *\n")
     _write(upper, "/etc/ssh/sshd_config.d/gpunode-sim.conf", SSHD_CONF)
+    _write(upper, f"/etc/sudoers.d/{SIM_USER}", SUDOERS, 0o440)
     _write(upper, "/etc/apt/apt.conf.d/99gpunode-sim", APT_CONF)
 
 

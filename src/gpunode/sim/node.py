@@ -4,7 +4,7 @@ A node is a folder under the fleet's state (upper and work folders of its
 overlay root, real-disk data folders for containerd/docker/kubelet, its boot
 plan and console log) plus a handful of host processes: the namespaced init,
 the socat forwarders that connect its private network to the host's loopback
-(sshd on 22 and the kubelet's port 10250 at the node's address; the local
+(sshd on 22 as a socket the fleet's bastion forwards to, the kubelet's port 10250 at the node's address; the local
 repository at the node's 127.0.0.1:8080 and the API server at its own address
 inside the node), and the node's kubelet.
 
@@ -37,12 +37,12 @@ import yaml
 from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
 from gpunode.sim.egress import node_address
 from gpunode.sim.gpus import driver_state
-from gpunode.sim.images import layer_dir, lower_dirs
+from gpunode.sim.images import SIM_UID, layer_dir, lower_dirs
 from gpunode.sim.oci import archive_digest
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.processes import alive, signal_group, signal_pid
 from gpunode.sim.profiles import NodeSpec
-from gpunode.sim.ssh import ensure_key
+from gpunode.sim.ssh import SIM_USER, ensure_key
 
 NVIDIA_MAJOR, UVM_MAJOR = 195, 237
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib/gpunode-sim")
@@ -178,7 +178,7 @@ class SimNode:
             "etc/gpunode-sim/gpu.json": json.dumps(state, indent=2) + "\n",
             "etc/gpunode-sim/profile.json": json.dumps(
                 {"profile": self.spec.profile_name, **self.spec.profile}, indent=2) + "\n",
-            "root/.ssh/authorized_keys": authorized_key + "\n",
+            f"home/{SIM_USER}/.ssh/authorized_keys": authorized_key + "\n",
             "etc/ssh/ssh_host_ed25519_key": self.host_key.read_text(),
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
             "etc/gpunode-sim/kubelet.json": json.dumps({
@@ -198,7 +198,10 @@ class SimNode:
             if target.is_symlink() or target.is_char_device():
                 target.unlink()
             target.write_text(text)
-        (self.upper / "root/.ssh").chmod(0o700)
+        home = self.upper / "home" / SIM_USER
+        for path in (home, home / ".ssh", home / ".ssh/authorized_keys"):
+            os.chown(path, SIM_UID, SIM_UID)
+        (home / ".ssh").chmod(0o700)
         (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
         (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
         (self.upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
@@ -284,8 +287,6 @@ class SimNode:
         commands |= {
             "ssh-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                          f"UNIX-LISTEN:{self.ssh_socket},fork,mode=600", "TCP:127.0.0.1:22"],
-            "ssh-host": ["socat", f"TCP-LISTEN:22,bind={self.spec.address},reuseaddr,fork",
-                         f"UNIX-CONNECT:{self.ssh_socket}"],
             "repo-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                           f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
                           f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
@@ -323,24 +324,26 @@ class SimNode:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     def wait_ready(self, timeout: float, processes: list[NodeProcess]) -> str | None:
-        """None once sshd answers on the node's address, else why not (at once if a process died)."""
+        """None once sshd answers on the node's SSH socket (the bastion's way in), else why not (at once if a
+        process died)."""
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
             dead = [p.role for p in processes if not p.alive()]
             if dead:
-                return f"{', '.join(dead)} exited before sshd answered on {self.spec.address}:22"
+                return f"{', '.join(dead)} exited before sshd answered on {self.spec.name}'s port 22"
             try:
-                with socket.create_connection((self.spec.address, 22), timeout=2) as conn:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                     conn.settimeout(2)
+                    conn.connect(str(self.ssh_socket))
                     banner = conn.recv(64)
                     if banner.startswith(b"SSH-2.0-"):
                         return None
-                    last = f"unexpected banner {banner[:30]!r}"
+                    last = f"unexpected banner {banner[:30]!r}" if banner else "connection closed"
             except OSError as error:
                 last = str(error)
             time.sleep(0.2)
-        return f"sshd did not answer on {self.spec.address}:22 within {timeout:.0f} s ({last})"
+        return f"sshd did not answer on {self.spec.name}'s port 22 within {timeout:.0f} s ({last})"
 
     def console_tail(self, lines: int = 20) -> str:
         """The console's last lines, after the errors of the node's forwarders (socat's ``E`` lines) before them."""

@@ -1,4 +1,4 @@
-"""SSH identities of a simulated fleet: one client key, a host key per node, known_hosts, ssh_config.
+"""SSH identities of a simulated fleet: one client key, a host key per node and the bastion, known_hosts, ssh_config.
 
 Host keys are generated on the host before a node first starts, so known_hosts
 is complete up front and SSH host-key checking stays on everywhere.
@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpunode.sim.hostcmd import run
+
+BASTION = "bastion"  # the jump host's name in the ssh_config (gpunode.sim.bastion)
+SIM_USER = "sre"  # the operator's account on every node and the bastion (made in the images, gpunode.sim.images)
 
 
 def ensure_key(path: Path, comment: str) -> str:
@@ -29,24 +32,32 @@ def client_key(ssh_dir: Path) -> Path:
     return key
 
 
-def write_client_files(ssh_dir: Path, nodes: dict[str, tuple[str, str]]) -> Path:
-    """Write known_hosts and an ssh_config for ``{name: (address, host public key)}``; return the config."""
+def write_client_files(ssh_dir: Path, nodes: dict[str, tuple[str, str]], bastion: tuple[str, str]) -> Path:
+    """Write known_hosts and an ssh_config for ``{name: (address, host public key)}`` behind ``bastion`` (its
+    address and host public key); return the config.
+
+    The operator logs in as the nodes' non-root user; every node is reached through the bastion (``ProxyJump``),
+    with host keys checked on both hops.
+    """
     key = client_key(ssh_dir)
     known = ssh_dir / "known_hosts"
+    hosts = {BASTION: bastion, **nodes}
     known.write_text("".join(
-        f"{name},{address} {' '.join(pub.split()[:2])}\n" for name, (address, pub) in sorted(nodes.items())))
+        f"{name},{address} {' '.join(pub.split()[:2])}\n" for name, (address, pub) in sorted(hosts.items())))
     blocks = []
-    for name, (address, _pub) in sorted(nodes.items()):
+    for name, (address, _pub) in [(BASTION, bastion), *sorted(nodes.items())]:
         blocks.append(
             f"Host {name}\n"
             f"  HostName {address}\n"
             "  Port 22\n"
-            "  User root\n"
+            f"  User {SIM_USER}\n"
             f"  IdentityFile {key}\n"
             "  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {known}\n"
             "  StrictHostKeyChecking yes\n"
-            "  LogLevel ERROR\n"
+            "  ConnectTimeout 10\n"
+            + ("" if name == BASTION else f"  ProxyJump {BASTION}\n")
+            + "  LogLevel ERROR\n"
         )
     config = ssh_dir / "config"
     config.write_text("# written by 'gpunode sim up'\n" + "\n".join(blocks))

@@ -1,0 +1,122 @@
+"""Reaching nodes as production fleets do: a non-root user with sudo, through the bastion, and what doctor says when
+sudo asks for a password the inventory does not give or refuses the user.
+
+The sudo policies are injected into node03's /etc/sudoers.d by the simulator's ``exec`` (no SSH: with the policy in
+place root is what the test itself may not have) and put back after each test.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gpunode.connection import Connections, Unreachable
+from gpunode.sim.images import SIM_USER_PASSWORD, SUDOERS
+from gpunode.sim.ssh import SIM_USER
+from gpunode.verify.targets import load_inventory
+
+from .conftest import REPO, gpunode
+from .fleet_ssh import ssh, ssh_ok
+
+INVENTORY = "inventories/sim.py"
+NODE = "node03"
+SUDOERS_FILE = f"/etc/sudoers.d/{SIM_USER}"
+ASKS_PASSWORD = f"{SIM_USER} ALL=(ALL:ALL) ALL\n"
+ONLY_NVIDIA_SMI = f"{SIM_USER} ALL=(root) NOPASSWD: /usr/bin/nvidia-smi\n"
+
+
+def set_sudoers(fleet: dict, text: str) -> None:
+    script = f"printf %s {shlex.quote(text)} > {SUDOERS_FILE} && chmod 440 {SUDOERS_FILE}"
+    gpunode("sim", "exec", NODE, "--", "sh", "-c", script, env=fleet["env"])
+
+
+@pytest.fixture
+def sudo_policy(fleet: dict) -> Iterator[Callable[[str], None]]:
+    yield lambda text: set_sudoers(fleet, text)
+    set_sudoers(fleet, SUDOERS)
+
+
+def connections(fleet: dict, **data: str) -> tuple[Connections, str]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUNODE_SIM_DIR", fleet["env"]["GPUNODE_SIM_DIR"])
+        patch.chdir(REPO)
+        target = load_inventory(INVENTORY, [NODE], data)[0]
+    return Connections([(target.name, target.data)]), target.name
+
+
+def doctor(fleet: dict, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    result = gpunode("doctor", INVENTORY, "--limit", NODE, "--json", *args, env=fleet["env"], check=False)
+    return result, json.loads(result.stdout)
+
+
+def test_nodes_refuse_root_and_answer_only_through_the_bastion(fleet: dict) -> None:
+    assert ssh_ok(fleet, NODE, "id -un", root=False).strip() == SIM_USER
+    assert ssh_ok(fleet, NODE, "id -u").strip() == "0"  # passwordless sudo, the default policy
+    as_root = ssh(fleet, NODE, "true", root=False, options=("-l", "root"))
+    assert as_root.returncode == 255 and "Permission denied" in as_root.stderr, as_root.stderr
+    direct = ssh(fleet, NODE, "true", root=False, options=("-o", "ProxyJump=none"))
+    assert direct.returncode == 255 and "Connection refused" in direct.stderr, direct.stderr
+    config = Path(fleet["ssh_config"]).read_text()
+    assert f"Host {NODE}\n" in config and "ProxyJump bastion" in config
+
+
+def test_verify_reads_root_only_state_through_sudo(fleet: dict) -> None:
+    reach, name = connections(fleet)
+    try:
+        reply = reach.run(name, "id -u; ls -l /run/containerd/containerd.sock; head -c 0 /etc/shadow && echo shadow")
+    finally:
+        reach.close()
+    assert reply.ok, reply.stderr
+    lines = reply.stdout.splitlines()
+    assert lines[0] == "0" and lines[1].startswith("srw") and lines[2] == "shadow"
+
+
+def test_a_sudo_password_from_the_inventory_is_used_and_a_missing_one_is_named(
+        fleet: dict, sudo_policy: Callable[[str], None]) -> None:
+    sudo_policy(ASKS_PASSWORD)
+    result, report = doctor(fleet)
+    assert result.returncode == 1, result.stdout + result.stderr
+    problem = report["problems"][0]
+    assert (problem["link"], problem["code"]) == ("connection", "sudo-refused"), problem
+    assert problem["what"].startswith(f"sudo refused for user {SIM_USER} on host {NODE}: "), problem
+    assert "a password is required" in problem["what"] and "_sudo_password" in problem["fix"], problem
+    reach, name = connections(fleet, _sudo_password=SIM_USER_PASSWORD)
+    try:
+        assert reach.run(name, "id -u").stdout == "0\n"
+    finally:
+        reach.close()
+    result, report = doctor(fleet, "--data", f"_sudo_password={SIM_USER_PASSWORD}")
+    assert not [p for p in report["problems"] if p["link"] == "connection"], report["problems"]
+    assert report["links"][NODE][0]["link"] == "driver", report["links"][NODE]  # the host was read
+    wrong, report = doctor(fleet, "--data", "_sudo_password=not-it")
+    assert wrong.returncode == 1
+    problem = report["problems"][0]
+    assert problem["code"] == "sudo-refused" and "incorrect password" in problem["what"], problem
+    assert "correct _sudo_password" in problem["fix"]
+
+
+def test_sudo_refused_is_its_own_finding_never_a_runtime_one(fleet: dict, sudo_policy: Callable[[str], None]) -> None:
+    sudo_policy(ONLY_NVIDIA_SMI)
+    result, report = doctor(fleet)
+    assert result.returncode == 1
+    assert [p["subject"] for p in report["problems"]] == [NODE]
+    problem = report["problems"][0]
+    assert problem["link"] == "connection" and problem["code"] == "sudo-refused", problem
+    assert problem["what"].startswith(f"sudo refused for user {SIM_USER} on host {NODE}: Sorry, user {SIM_USER} is "
+                                      "not allowed to execute"), problem
+    assert problem["evidence"] and "sudoers" in problem["fix"], problem
+    links = report["links"][NODE]
+    assert links[0]["link"] == "connection" and all(link["state"] == "not checked" for link in links[1:]), links
+    reach, name = connections(fleet)
+    try:
+        with pytest.raises(Unreachable, match="not allowed to execute"):
+            reach.run(name, "true")
+    finally:
+        reach.close()
+    text = gpunode("doctor", INVENTORY, "--limit", NODE, env=fleet["env"], check=False).stdout
+    assert "sudo refused" in text and "does not answer" not in text, text
