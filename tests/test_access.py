@@ -14,9 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpunode.cluster import rbac
 from gpunode.connection import Connections, Unreachable
+from gpunode.sim.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
 from gpunode.sim.images import SIM_USER_PASSWORD, SUDOERS
+from gpunode.sim.kubernetes import require
+from gpunode.sim.paths import SimPaths
 from gpunode.sim.ssh import SIM_USER
 from gpunode.verify.targets import load_inventory
 
@@ -120,3 +125,53 @@ def test_sudo_refused_is_its_own_finding_never_a_runtime_one(fleet: dict, sudo_p
         reach.close()
     text = gpunode("doctor", INVENTORY, "--limit", NODE, env=fleet["env"], check=False).stdout
     assert "sudo refused" in text and "does not answer" not in text, text
+
+
+def kubectl(fleet: dict, *args: str, context: str = OPERATOR_CONTEXT,
+            stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    binary = require(SimPaths.from_env().cache) / "kubectl"
+    kubeconfig = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "kubeconfig"
+    return subprocess.run([str(binary), "--kubeconfig", str(kubeconfig), "--context", context, *args],
+                          input=stdin, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_gpunode_runs_as_exactly_the_rules_render_rbac_prints(fleet: dict) -> None:
+    inventory = json.loads(Path(fleet["inventory"]).read_text())
+    assert inventory["kube_context"] == OPERATOR_CONTEXT
+    everything = kubectl(fleet, "auth", "can-i", "*", "*")
+    assert everything.returncode == 1 and everything.stdout.strip() == "no", everything.stdout + everything.stderr
+    assert kubectl(fleet, "auth", "can-i", "create", "pods").stdout.strip() == "no"
+    assert kubectl(fleet, "auth", "can-i", "patch", "nodes").stdout.strip() == "yes"
+    printed = list(yaml.safe_load_all(gpunode("render", INVENTORY, "--rbac", "--subject", f"User:{OPERATOR_USER}",
+                                              env=fleet["env"]).stdout))
+    assert [d["kind"] for d in printed] == ["Namespace", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
+    bound = json.loads(kubectl(fleet, "get", "clusterrole", "gpunode", "-o", "json", context="gpunode-sim").stdout)
+    assert bound["rules"] == printed[1]["rules"]
+    role = json.loads(kubectl(fleet, "get", "role", "gpunode", "-n", "gpunode-system", "-o", "json",
+                              context="gpunode-sim").stdout)
+    assert role["rules"] == printed[3]["rules"]
+
+
+@pytest.fixture
+def without_node_patch(fleet: dict) -> Iterator[None]:
+    rules = [r for r in rbac.cluster_rules("gpunode-system") if r.resource != "nodes"]
+    rules.append(rbac.Rule("", "nodes", ("get", "list")))
+    patch = json.dumps({"rules": [r.as_dict() for r in rules]})
+    changed = kubectl(fleet, "patch", "clusterrole", "gpunode", "--type", "merge", "-p", patch, context="gpunode-sim")
+    assert changed.returncode == 0, changed.stderr
+    yield
+    restored = kubectl(fleet, "apply", "--server-side", "--force-conflicts", "--field-manager", "gpunode-sim", "-f",
+                       "-", context="gpunode-sim", stdin=rbac.render("gpunode-system", f"User:{OPERATOR_USER}"))
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_a_missing_rbac_rule_is_named_with_the_rule_to_add(fleet: dict, without_node_patch: None) -> None:
+    result = gpunode("deploy", INVENTORY, "labels", "--limit", "node01", "--data", "label_model_prefix=gpu-",
+                     env=fleet["env"], check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert 'RBAC denied: nodes "node01" is forbidden: User "gpunode" cannot patch resource "nodes"' in output, \
+        output[-3000:]
+    assert ('add to the ClusterRole gpunode: {apiGroups: [""], resources: ["nodes"], verbs: ["patch"]} for user '
+            "gpunode") in output, output[-3000:]
+    assert "Traceback" not in output

@@ -147,13 +147,13 @@ def read_only_run(fleet: dict, tmp_path: Path, code: int) -> None:
                 f"find {READ_ONLY_TREES} -xdev -type f -exec sha256sum {{}} + | sort | sha256sum")
     before = {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")}
     audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
-    writes_before = audit.read_text().count('"username":"gpunode-admin"')
+    writes_before = audit.read_text().count('"username":"gpunode"')
     result, _ = verify(fleet, tmp_path)
     assert result.returncode == code
     doctor = gpunode("doctor", INVENTORY, env=fleet["env"], check=False)
     assert doctor.returncode == code, doctor.stdout + doctor.stderr
     assert {node: ssh(fleet, node, snapshot) for node in ("node01", "node02")} == before
-    assert audit.read_text().count('"username":"gpunode-admin"') == writes_before  # the audit log keeps writes only
+    assert audit.read_text().count('"username":"gpunode"') == writes_before  # the audit log keeps writes only
 
 
 BREAKAGES = [

@@ -16,6 +16,8 @@ from lightkube import Client, KubeConfig
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 
+from gpunode.sim.controlplane import OPERATOR_USER
+
 from .conftest import block
 from .test_provisioning import deploy, failing, verify
 
@@ -29,10 +31,10 @@ def api(fleet: dict, context: str = "gpunode-sim") -> Client:
 
 
 def writes(fleet: dict) -> list[dict]:
-    """The API server's audit log: requests by the deploy's user (gpunode-admin) that were not reads."""
+    """The API server's audit log: requests by the deploy's user (gpunode, least privilege) that were not reads."""
     audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
     entries = map(json.loads, audit.read_text().splitlines())
-    return [e for e in entries if e["stage"] == "ResponseComplete" and e["user"]["username"] == "gpunode-admin"
+    return [e for e in entries if e["stage"] == "ResponseComplete" and e["user"]["username"] == OPERATOR_USER
             and e["verb"] not in ("get", "list", "watch")]
 
 
@@ -119,7 +121,7 @@ def test_api_access_problems_fail_with_one_clear_line_and_label_nothing(
 
 
 def test_unreachable_api_server_is_named(fleet: dict, tmp_path: Path) -> None:
-    far = f"http://127.0.{block(fleet['env'])}.253:6443"  # nothing listens there
+    far = f"http://127.0.{block(fleet['env'])}.252:6443"  # nothing listens there
     kubeconfig = tmp_path / "far.yaml"
     kubeconfig.write_text(json.dumps({
         "clusters": [{"name": "c", "cluster": {"server": far}}],

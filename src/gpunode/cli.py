@@ -144,22 +144,32 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
-def render(inventory: str, data: tuple[str, ...]) -> None:
+@click.option("--rbac", is_flag=True, help="Print instead the RBAC objects gpunode itself needs (least privilege).")
+@click.option("--subject", default="User:gpunode", show_default=True, metavar="KIND:NAME",
+              help="With --rbac: who gets the rules (User:NAME, Group:NAME, ServiceAccount:NS/NAME).")
+def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str) -> None:
     """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
 
     Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy,
     nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py).
 
+    With --rbac, the permissions gpunode's cluster steps, verify and doctor need and nothing more: the plugin's
+    namespace, a ClusterRole and a Role in that namespace, bound to SUBJECT. An admin applies them once; then
+    point kubeconfig / kube_context at that identity.
+
     \b
-    Example:
+    Examples:
       gpunode render inventories/prod.py | kubectl apply --dry-run=server -f -
+      gpunode render inventories/prod.py --rbac --subject User:gpunode | kubectl apply -f -
     """
     from gpunode.cluster.manifests import ManifestSettings
     from gpunode.cluster.manifests import render as render_manifests
+    from gpunode.cluster.rbac import render as render_rbac
     from gpunode.verify.targets import load_inventory, parse_data
 
     targets = load_inventory(inventory, data=parse_data(list(data)))
-    click.echo(render_manifests(ManifestSettings.from_data(targets[0].data)), nl=False)
+    settings = ManifestSettings.from_data(targets[0].data)
+    click.echo(render_rbac(settings.namespace, subject) if rbac else render_manifests(settings), nl=False)
 
 
 @cli.command()

@@ -16,6 +16,7 @@ from typing import Any
 import httpx2
 from lightkube import ApiError, Client, ConfigError, KubeConfig
 
+from gpunode.cluster.rbac import missing_rule
 from gpunode.errors import GpunodeError
 
 FIELD_MANAGER = "gpunode"
@@ -107,9 +108,9 @@ def explain(error: Exception, settings: ClusterSettings, server: str, action: st
                                 "renew the credentials in the kubeconfig (a new token or client certificate)")
         if code == 403:
             return GpunodeError(f"{action}: RBAC denied: {status.message}",
-                                "grant the user get/list/patch on nodes and apply rights on the plugin's objects "
-                                "(namespaces, serviceaccounts, runtimeclasses, daemonsets), or use a context that "
-                                "has them (kube_context)")
+                                missing_rule(status.message or "") or
+                                "apply the rules 'gpunode render INVENTORY --rbac' prints for the user, or use a "
+                                "context that has them (kube_context)")
         if code == 409:
             return GpunodeError(f"{action}: {status.message}",
                                 "another field manager owns these fields; gpunode never takes them over: change or "

@@ -9,10 +9,13 @@ their secure ports bound to the same address. The data lives in the fleet's
 state folder. Nodes reach the API through a socat pair (their network has only
 ``lo``): the host end listens on ``run/apiserver.sock``.
 
-The kubeconfig next to the inventory has three contexts, backed by client
-certificates: ``gpunode-sim`` (``system:masters``), ``gpunode-sim-viewer`` (bound
-to the built-in ``view`` ClusterRole) and ``gpunode-sim-expired`` (a certificate
-past its validity, which the API server refuses with 401).
+The kubeconfig next to the inventory has four contexts, backed by client
+certificates: ``gpunode-sim`` (``system:masters``, the simulator's own
+bootstrap only), ``gpunode`` (user ``gpunode``, bound to exactly the rules
+``gpunode render --rbac`` prints: the context the generated inventory gives
+gpunode), ``gpunode-sim-viewer`` (bound to the built-in ``view`` ClusterRole)
+and ``gpunode-sim-expired`` (a certificate past its validity, which the API
+server refuses with 401).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from gpunode.cluster import rbac
+from gpunode.cluster.manifests import ManifestSettings
 from gpunode.errors import GpunodeError
 from gpunode.sim.kubernetes import require
 from gpunode.sim.paths import SimPaths
@@ -47,8 +52,8 @@ ETCD_CLIENT_PORT, ETCD_PEER_PORT = 2379, 2380
 CONTROLLER_MANAGER_PORT, SCHEDULER_PORT = 10257, 10259
 SERVICE_RANGE = "10.96.0.0/24"  # ClusterIPs are only recorded: nothing routes them
 ROLES = ("egress", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "apiserver-forward")
-CONTEXTS = {"gpunode-sim": "gpunode-admin", "gpunode-sim-viewer": "gpunode-viewer",
-            "gpunode-sim-expired": "gpunode-expired"}
+# the identity the generated inventory gives gpunode: a user bound to exactly what 'gpunode render --rbac' prints
+OPERATOR_CONTEXT, OPERATOR_USER = "gpunode", "gpunode"
 READY_TIMEOUT = 120.0
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
@@ -107,6 +112,7 @@ def write_access(paths: SimPaths) -> Path:
     users = {
         "gpunode-sim": ca.issue("admin", "gpunode-admin", ("system:masters",)),
         "gpunode-sim-viewer": ca.issue("viewer", "gpunode-viewer"),
+        OPERATOR_CONTEXT: ca.issue("operator", OPERATOR_USER),
         "gpunode-sim-expired": ca.issue("expired", "gpunode-expired", ("system:masters",), expired=True),
     }
     server = server_url(paths)
@@ -278,7 +284,8 @@ def admin_client(kubeconfig: Path, field_manager: str | None = None) -> Client:
 
 
 def _bootstrap_objects(kubeconfig: Path) -> None:
-    """What a cluster admin would add: the viewer user's binding to the built-in ``view`` ClusterRole.
+    """What a cluster admin would add: gpunode's least-privilege rules for the operator's user (``gpunode render
+    --rbac``, for the default plugin namespace) and the viewer user's binding to the built-in ``view`` ClusterRole.
 
     Returns once the controller manager has aggregated ``view``'s rules (until then it grants nothing).
     """
@@ -286,6 +293,8 @@ def _bootstrap_objects(kubeconfig: Path) -> None:
     from lightkube.resources.rbac_authorization_v1 import ClusterRole
 
     client = admin_client(kubeconfig, field_manager="gpunode-sim")
+    for document in rbac.documents(ManifestSettings.namespace, f"User:{OPERATOR_USER}"):
+        client.apply(from_dict(document), force=True)
     binding = from_dict({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "gpunode-sim-viewer"},

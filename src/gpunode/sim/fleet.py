@@ -160,7 +160,7 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
             "cpu_nodes": sorted(n for n, h in hosts.items() if not h["gpu_expected"]),
         },
         "kubeconfig": str(paths.kubeconfig),
-        "kube_context": "gpunode-sim",
+        "kube_context": controlplane.OPERATOR_CONTEXT,  # least privilege: 'gpunode render --rbac', nothing more
         "toolkit_repo": {
             "repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/deb/$(ARCH)",
             "rpm_repository_url": f"http://127.0.0.1:{REPO_PORT}/{REPO_PATH}/stable/rpm/$basearch",
