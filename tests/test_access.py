@@ -106,8 +106,9 @@ def test_a_sudo_password_from_the_inventory_is_used_and_a_missing_one_is_named(
 
 
 def test_sudo_refused_is_its_own_finding_never_a_runtime_one(fleet: dict, sudo_policy: Callable[[str], None]) -> None:
-    sudo_policy(ONLY_NVIDIA_SMI)
-    result, report = doctor(fleet)
+    sudo_policy(ONLY_NVIDIA_SMI)  # with the password given: sudo authenticates the user, then refuses the command
+    password = f"_sudo_password={SIM_USER_PASSWORD}"
+    result, report = doctor(fleet, "--data", password)
     assert result.returncode == 1
     assert [p["subject"] for p in report["problems"]] == [NODE]
     problem = report["problems"][0]
@@ -117,14 +118,18 @@ def test_sudo_refused_is_its_own_finding_never_a_runtime_one(fleet: dict, sudo_p
     assert problem["evidence"] and "sudoers" in problem["fix"], problem
     links = report["links"][NODE]
     assert links[0]["link"] == "connection" and all(link["state"] == "not checked" for link in links[1:]), links
-    reach, name = connections(fleet)
+    reach, name = connections(fleet, _sudo_password=SIM_USER_PASSWORD)
     try:
-        with pytest.raises(Unreachable, match="not allowed to execute"):
+        with pytest.raises(Unreachable, match="not allowed to execute '/usr/bin/sh -c true' as root"):
             reach.run(name, "true")
     finally:
         reach.close()
-    text = gpunode("doctor", INVENTORY, "--limit", NODE, env=fleet["env"], check=False).stdout
+    text = gpunode("doctor", INVENTORY, "--limit", NODE, "--data", password, env=fleet["env"], check=False).stdout
     assert "sudo refused" in text and "does not answer" not in text, text
+    sudo_policy("# the user has no sudo at all\n")
+    _, report = doctor(fleet, "--data", password)
+    assert report["problems"][0]["what"] == \
+        f"sudo refused for user {SIM_USER} on host {NODE}: {SIM_USER} is not in the sudoers file.", report
 
 
 def kubectl(fleet: dict, *args: str, context: str = OPERATOR_CONTEXT,

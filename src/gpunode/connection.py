@@ -9,6 +9,7 @@ not give, or that refuses the user, is a finding about sudo on that host, never 
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,9 @@ from gpunode.errors import GpunodeError
 SUDO_REFUSALS = ("is not allowed to execute", "is not in the sudoers file", "incorrect password attempt",
                  "a password is required", "a terminal is required", "interactive authentication is required",
                  "no askpass program specified", "Sorry, try again")
+
+
+QUOTED_COMMAND = re.compile(r"execute '(?P<command>.*?)(?:'(?P<tail> as \S+ on \S+)$|$)")
 
 
 class SudoPasswordNeeded(PyinfraError):
@@ -66,7 +70,7 @@ def sudo_refusal(host: Host, stderr: list[str]) -> Unreachable | None:
     arguments = command_arguments(host)
     if not arguments.get("_sudo"):
         return None
-    said = [line.strip() for line in stderr if any(words in line for words in SUDO_REFUSALS)]
+    said = [_short(line.strip()) for line in stderr if any(words in line for words in SUDO_REFUSALS)]
     if not said:
         return None
     user = host.data.get("ssh_user") or "the SSH user"
@@ -82,6 +86,15 @@ def sudo_refusal(host: Host, stderr: list[str]) -> Unreachable | None:
                "or give the inventory a user that may")
     return Unreachable(f"sudo refused for user {user} on host {host.name}: {said[-1]}", fix, "sudo-refused",
                        [f"sudo on {host.name}: {line}" for line in said])
+
+
+def _short(line: str) -> str:
+    """sudo's line with the command it quotes cut to its start ("... not allowed to execute '/usr/bin/sh -c echo
+    ...' as root on node03."): the facts command is several kilobytes and several lines."""
+    match = QUOTED_COMMAND.search(line)
+    if not match or len(match["command"]) <= 60:
+        return line
+    return f"{line[:match.start('command')]}{match['command'][:60]}...'{match['tail'] or ''}"
 
 
 def _never_prompt(prompt: str = "", stream: object = None) -> str:

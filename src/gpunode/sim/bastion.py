@@ -61,6 +61,8 @@ class Bastion:
             f"home/{SIM_USER}/.ssh/authorized_keys": authorized_key + "\n",
             "etc/ssh/ssh_host_ed25519_key": self.host_key.read_text(),
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
+            # its own sshd answers on the namespace's 127.0.0.1 only: every other 127.0.<block>.N:22 there is a node's
+            "etc/ssh/sshd_config.d/bastion.conf": "# gpunode simulated bastion\nListenAddress 127.0.0.1\n",
             # a jump host: the operator hops through it and runs nothing there as root
             f"etc/sudoers.d/{SIM_USER}": "# the bastion: no sudo for the operator\n",
         }

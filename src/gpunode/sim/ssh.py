@@ -46,11 +46,13 @@ def write_client_files(ssh_dir: Path, nodes: dict[str, tuple[str, str]], bastion
         f"{name},{address} {' '.join(pub.split()[:2])}\n" for name, (address, pub) in sorted(hosts.items())))
     blocks = []
     for name, (address, _pub) in [(BASTION, bastion), *sorted(nodes.items())]:
+        # no "Port 22" on the jump host: pyinfra 3.10 hands a ProxyJump hop the config's port as text, and paramiko
+        # then looks its host key up as "[address]:22", which known_hosts does not hold (the default port is an int)
         blocks.append(
             f"Host {name}\n"
             f"  HostName {address}\n"
-            "  Port 22\n"
-            f"  User {SIM_USER}\n"
+            + ("" if name == BASTION else "  Port 22\n")
+            + f"  User {SIM_USER}\n"
             f"  IdentityFile {key}\n"
             "  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {known}\n"

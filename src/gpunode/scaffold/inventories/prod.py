@@ -9,6 +9,8 @@ tuple next to the host name. Every key gpunode reads is listed, with its
 default, in ``group_data/all.py``.
 """
 
+# Hosts are reached as pyinfra reaches them, by deploy, verify and doctor alike: ssh_user, ssh_key, and
+# ssh_config_file for a bastion (ProxyJump); _sudo for root, with _sudo_password if your sudoers ask for one.
 # A100 nodes on containerd (the default runtime for Kubernetes).
 a100_nodes = [
     ("gpu-a100-01.example.internal", {"ssh_user": "ubuntu", "_sudo": True}),

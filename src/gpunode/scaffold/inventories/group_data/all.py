@@ -42,7 +42,9 @@ label_model_prefix = "nvidia-"
 # Kubernetes cluster (labels and device-plugin steps of bootstrap)
 cluster_steps = True                # False: provision the nodes only, never talk to Kubernetes
 kubeconfig = ""                     # "" means $KUBECONFIG, else ~/.kube/config (as kubectl finds it)
-kube_context = ""                   # "" means the kubeconfig's current-context
+kube_context = ""                   # "" means the kubeconfig's current-context; gpunode needs no cluster-admin:
+                                    # 'gpunode render inventories/prod.py --rbac --subject User:NAME' prints the
+                                    # rules it needs, for an admin to apply once; point this at that identity
 # k8s_node_name = "gpu-17"          # per host: the Node's name when it is not the host's hostname
 kube_timeout = 10                   # seconds per API request
 rollout_timeout = 300               # seconds to wait for the device-plugin DaemonSet rollout
