@@ -46,6 +46,13 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
         "                break\n            time.sleep(0.05) # gpunode\n        if dead or not doSendSIGKILL:",
     ),
     (
+        "a non-root user reads the system units' state in /run, as systemctl does (it was looking in /tmp/run)",
+        '        for p in ("/run", "/var/run", "{tmp_var}/run"):\n            path = p.format(**locals())\n'
+        '            if os.path.isdir(path) and os.access(path, os.W_OK):\n',
+        '        for p in ("/run", "/var/run", "{tmp_var}/run"):\n            path = p.format(**locals())\n'
+        '            if os.path.isdir(path) and (os.access(path, os.W_OK) or p == "/run"):  # gpunode\n',
+    ),
+    (
         "unit search misses are debug noise, not errors on every call",
         '                    logg.error("not found %s", filepath)\n',
         '                    logg.debug("not found %s", filepath)\n',
