@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 from paramiko.ssh_exception import SSHException
 
+from gpunode import connection
 from gpunode.errors import GpunodeError
 from gpunode.operations import reboot
 
@@ -14,6 +15,7 @@ from gpunode.operations import reboot
 @dataclass
 class Output:
     stdout_lines: list[str]
+    stderr_lines: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -25,7 +27,8 @@ class FakeHost:
     connected: bool = True
     disconnects: int = 0
 
-    def run_shell_command(self, command: object, print_output: bool = False) -> tuple[bool, Output]:
+    def run_shell_command(self, command: object, print_output: bool = False, **arguments: object
+                          ) -> tuple[bool, Output]:
         step = self.script.pop(0)
         if isinstance(step, BaseException):
             raise step
@@ -44,6 +47,7 @@ class FakeHost:
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "command_arguments", lambda host: {"_sudo": True})  # no pyinfra state here
     monkeypatch.setattr(reboot.time, "sleep", lambda _: None)
     monkeypatch.setattr(reboot, "POLL_SECONDS", 0)
 

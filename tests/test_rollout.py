@@ -16,7 +16,7 @@ from lightkube import Client, KubeConfig
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 
-from gpunode.sim.controlplane import OPERATOR_USER
+from gpunode.sim.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
 
 from .conftest import block
 from .test_provisioning import deploy, failing, verify
@@ -125,8 +125,8 @@ def test_unreachable_api_server_is_named(fleet: dict, tmp_path: Path) -> None:
     kubeconfig = tmp_path / "far.yaml"
     kubeconfig.write_text(json.dumps({
         "clusters": [{"name": "c", "cluster": {"server": far}}],
-        "contexts": [{"name": "gpunode-sim", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}], "current-context": "gpunode-sim"}))
+        "contexts": [{"name": OPERATOR_CONTEXT, "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}], "current-context": OPERATOR_CONTEXT}))
     result, report = deploy(fleet, tmp_path, "labels", "--data", f"kubeconfig={kubeconfig}")
     assert result.returncode == 1
     assert f"cannot reach the Kubernetes API at {far}" in result.stdout + result.stderr

@@ -3,10 +3,11 @@
 Every API call of the cluster steps, verify and doctor is covered by exactly one rule below, and nothing more:
 
 * cluster-wide (a ClusterRole): nodes (read, list, label, cordon), pods (read, list: doctor ``--pod`` and the
-  reboot's drain look in every namespace), evictions (the drain), events (list: doctor ``--pod``), the plugin's
-  namespace and the ``nvidia`` RuntimeClass by name (read and apply);
-* in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies, the plugin's
-  pods (delete: a plugin restart), their logs and events.
+  reboot's drain look in every namespace), evictions (the drain), pod logs and events (doctor ``--pod`` reads the
+  pod's own output and events, doctor the plugin pods'), the plugin's namespace and the ``nvidia`` RuntimeClass by
+  name (read and apply);
+* in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies, and the
+  plugin's pods (delete: a plugin restart).
 
 Server-side apply of an object that does not exist yet is authorized as ``patch`` and as ``create``, so both are
 granted for what gpunode applies. The namespace itself is part of what ``gpunode render --rbac`` prints: the Role
@@ -49,6 +50,7 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("", "nodes", ("get", "list", "patch")),
         Rule("", "pods", ("get", "list")),
         Rule("", "pods/eviction", ("create",)),
+        Rule("", "pods/log", ("get",)),
         Rule("", "events", ("list",)),
         Rule("", "namespaces", ("get", "patch"), (namespace,)),
         Rule("node.k8s.io", "runtimeclasses", ("get", "create", "patch"), (RUNTIME_CLASS,)),
@@ -61,7 +63,6 @@ def namespace_rules() -> list[Rule]:
         Rule("", "configmaps", ("get", "create", "patch")),
         Rule("apps", "daemonsets", ("get", "create", "patch")),
         Rule("", "pods", ("delete",)),
-        Rule("", "pods/log", ("get",)),
     ]
 
 

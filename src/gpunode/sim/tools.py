@@ -73,10 +73,12 @@ SOURCES_LIST = """# gpunode simulated node: Debian's mirror is not reachable fro
 FILES: dict[str, tuple[str, int]] = {
     "usr/lib/gpunode-sim/nvidia-smi": ("nvidia_smi.py", 0o755),
     "usr/lib/gpunode-sim/nv-fabricmanager": ("nv_fabricmanager.py", 0o755),
-    "usr/local/sbin/lsmod": ("lsmod.sh", 0o755),
-    "usr/local/sbin/modprobe": ("modprobe.sh", 0o755),
-    "usr/local/sbin/reboot": ("reboot.sh", 0o755),
-    # ahead of /usr/bin/systemctl on PATH: answers is-active itself, hands everything else to it
+    # where the real ones are (kmod's, systemd's): sudo's secure_path on Debian unstable has no /usr/local
+    "usr/sbin/lsmod": ("lsmod.sh", 0o755),
+    "usr/sbin/modprobe": ("modprobe.sh", 0o755),
+    "usr/sbin/reboot": ("reboot.sh", 0o755),
+    # ahead of /usr/bin/systemctl on root's PATH: answers is-active itself, hands everything else to it (under
+    # sudo on Debian unstable, whose secure_path has no /usr/local, the full stand-in answers: slower, the same)
     "usr/local/sbin/systemctl": ("systemctl_fast.sh", 0o755),
 }
 
@@ -102,7 +104,8 @@ def write_tools_layer(target: Path, pause: Path) -> None:
 
 def _same_tree(left: Path, right: Path) -> bool:
     def listing(root: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")}
+        return {str(p.relative_to(root)): (str(p.readlink()).encode() if p.is_symlink() else
+                                           p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")}
 
     return listing(left) == listing(right)
 
@@ -113,6 +116,9 @@ def _write(target: Path, pause: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render_standin(standin))
         path.chmod(mode)
+    kmod = target / "usr/lib/gpunode-sim/kmod/modprobe"  # the real modprobe under its own name, for the stand-in
+    kmod.parent.mkdir(parents=True, exist_ok=True)
+    kmod.symlink_to("/usr/bin/kmod")
     unit = target / "usr/lib/systemd/system/nvidia-fabricmanager.service"
     unit.parent.mkdir(parents=True, exist_ok=True)
     unit.write_text(FABRICMANAGER_UNIT)

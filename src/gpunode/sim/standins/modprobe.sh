@@ -1,6 +1,7 @@
 #!/bin/sh
 # Stand-in for modprobe in a simulated node: nvidia modules follow the simulated driver state,
-# everything else goes to the real modprobe.
+# everything else goes to the real modprobe: kmod, called by that name through the simulator's link to it (this
+# stand-in is /usr/sbin/modprobe itself, where Debian links kmod).
 state=/etc/gpunode-sim/gpu.json
 for arg in "$@"; do
   case "$arg" in
@@ -14,4 +15,4 @@ for arg in "$@"; do
       exit 1;;
   esac
 done
-exec /usr/sbin/modprobe "$@"
+exec /usr/lib/gpunode-sim/kmod/modprobe "$@"
