@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,8 +20,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from gpunode.sim.images import DEFAULT_OS, SIM_UID, base_rootfs, layer_dir
-from gpunode.sim.node import NodeProcess, stop_processes
+from gpunode.sim.images import DEFAULT_OS, base_rootfs, layer_dir
+from gpunode.sim.node import NodeProcess, spawn, stop_processes, write_upper
 from gpunode.sim.paths import SimPaths
 from gpunode.sim.ssh import BASTION, SIM_USER, ensure_key
 
@@ -66,15 +65,8 @@ class Bastion:
             # a jump host: the operator hops through it and runs nothing there as root
             f"etc/sudoers.d/{SIM_USER}": "# the bastion: no sudo for the operator\n",
         }
-        for relative, text in files.items():
-            target = upper / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        home = upper / "home" / SIM_USER
-        for path in (home, home / ".ssh", home / ".ssh/authorized_keys"):
-            os.chown(path, SIM_UID, SIM_UID)
-        (home / ".ssh").chmod(0o700)
-        (upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+        write_upper(upper, files)
+        (upper / f"etc/sudoers.d/{SIM_USER}").chmod(0o440)
         plan = {
             "hostname": NAME, "merged": str(self.dir / "merged"), "upper": str(upper), "work": str(self.dir / "work"),
             "lowers": [str(layer_dir(self.paths, DEFAULT_OS, "sim")), str(base_rootfs(self.paths, DEFAULT_OS))],
@@ -105,15 +97,8 @@ class Bastion:
             f"UNIX-CONNECT:{node_socket}"])
 
     def _spawn(self, record: Callable[[NodeProcess], None], role: str, argv: list[str]) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         with (self.dir / "console.log").open("ab") as log:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True, env=env)
-                record(NodeProcess(role, proc.pid))
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            spawn(role, argv, record, log, {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
 
     def wait_ready(self, timeout: float) -> str | None:
         """None once the bastion's sshd answers on the host, else why not."""

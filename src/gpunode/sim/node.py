@@ -192,19 +192,9 @@ class SimNode:
         binds = code_roots() + [str(p) for p in (kubelet_dir, plugin) if p is not None]
         if kubelet_dir is not None and plugin is not None:
             files |= self._kubelet_files(boot_id, plugin)
-        for relative, text in files.items():
-            target = self.upper / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink() or target.is_char_device():
-                target.unlink()
-            target.write_text(text)
-        home = self.upper / "home" / SIM_USER
-        for path in (home, home / ".ssh", home / ".ssh/authorized_keys"):
-            os.chown(path, SIM_UID, SIM_UID)
-        (home / ".ssh").chmod(0o700)
+        write_upper(self.upper, files)
         (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
         (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
-        (self.upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
         self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
         self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
@@ -300,13 +290,7 @@ class SimNode:
         }
         try:
             for role, argv in commands.items():
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True, env=env)
-                    record(NodeProcess(role, proc.pid))
-                finally:
-                    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                spawn(role, argv, record, log, env)
         finally:
             log.close()
 
@@ -314,14 +298,7 @@ class SimNode:
         """The node's kubelet, inside all of its namespaces; its log is the node's /var/log/gpunode-kubelet.log."""
         argv = ["nsenter", "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "sh", "-c",
                 f"exec {sys.executable} -m gpunode.sim.nodeagent >>/var/log/gpunode-kubelet.log 2>&1"]
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True,
-                                    env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
-            record(NodeProcess("kubelet", proc.pid))
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        spawn("kubelet", argv, record, subprocess.DEVNULL, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def wait_ready(self, timeout: float, processes: list[NodeProcess]) -> str | None:
         """None once sshd answers on the node's SSH socket (the bastion's way in), else why not (at once if a
@@ -352,6 +329,35 @@ class SimNode:
         text = self.console_log.read_text(errors="replace").splitlines()
         errors = [line for line in text[:-lines] if re.search(r"socat\[\d+\] E ", line)]
         return "\n".join(errors[-5:] + text[-lines:])
+
+
+def write_upper(upper: Path, files: dict[str, str]) -> None:
+    """Write a simulated host's own files into its upper folder (replacing a link or whiteout found there); the
+    operator's home and key, written here by root, are handed to the operator."""
+    for relative, text in files.items():
+        target = upper / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.is_char_device():
+            target.unlink()
+        target.write_text(text)
+    home = upper / "home" / SIM_USER
+    for path in (home, home / ".ssh", home / ".ssh/authorized_keys"):
+        os.chown(path, SIM_UID, SIM_UID)
+    (home / ".ssh").chmod(0o700)
+    (upper / "etc/ssh/ssh_host_ed25519_key").chmod(0o600)
+
+
+def spawn(role: str, argv: list[str], record: Callable[[NodeProcess], None], output: object,
+          env: dict[str, str]) -> None:
+    """Start a host process of a simulated host in a session of its own and hand it to ``record``; SIGINT is held
+    back in between, so an interrupted ``up`` never leaves a process that ``down`` does not know."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+        record(NodeProcess(role, proc.pid))
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def kubelet_version() -> str:
