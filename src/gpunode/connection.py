@@ -37,7 +37,7 @@ class SudoPasswordNeeded(PyinfraError):
 
 @dataclass(frozen=True)
 class Reply:
-    """What one command printed on a host, and its exit code."""
+    """What one command printed on a host, and whether it exited 0."""
 
     ok: bool  # pyinfra's success: the exit code was 0
     stdout: str
