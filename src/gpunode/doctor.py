@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
-from gpunode.cluster.manifests import ManifestSettings
+from gpunode.cluster.manifests import RUNTIME_CLASS, ManifestSettings
 from gpunode.diagnosis import Finding, Severity, pods
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import DAEMONSET
@@ -30,8 +30,6 @@ from gpunode.settings import NodeSettings
 from gpunode.verify.checks import STEPS, ClusterView
 from gpunode.verify.plugin import Verification
 from gpunode.verify.targets import load_inventory
-
-RUNTIME_CLASS = "nvidia"
 
 
 @dataclass(frozen=True)

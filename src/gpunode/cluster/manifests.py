@@ -20,6 +20,7 @@ from gpunode.errors import GpunodeError
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+RUNTIME_CLASS = "nvidia"  # the RuntimeClass the templates render (and its handler, the runtime gpunode configures)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: same documents
 
 

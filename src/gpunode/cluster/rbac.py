@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import yaml
 
+from gpunode.cluster.manifests import RUNTIME_CLASS
 from gpunode.errors import GpunodeError
 
 NAME = "gpunode"
 DEFAULT_SUBJECT = "User:gpunode"
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
-RUNTIME_CLASS = "nvidia"
 
 
 @dataclass(frozen=True)
