@@ -295,8 +295,10 @@ def test_a_pod_asking_for_more_gpus_than_exist_stays_pending(fleet: dict) -> Non
 
 
 def test_who_holds_the_gpus_is_named(fleet: dict) -> None:
-    holder = run_pod(fleet, "holder", "--gpus", "4", "--timeout", "2", "--", "sleep", "60")
-    assert "on node01" in holder, holder
+    holder = run_pod(fleet, "holder", "--gpus", "4", "--timeout", "0", "--", "sleep", "60")
+    assert "pod default/holder on " in holder, holder
+    wait_for(lambda: api(fleet).get(Pod, "holder", namespace="default").status.phase == "Running", 90)
+    assert api(fleet).get(Pod, "holder", namespace="default").spec.nodeName == "node01"
     output = run_pod(fleet, "waiter", "--gpus", "1", "--node-selector", "accelerator=nvidia-a100", "--timeout", "3")
     assert "1 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector." in output, output
     found = problem(doctor(fleet, "--pod", "default/waiter")[1], "pod default/waiter")
