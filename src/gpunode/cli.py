@@ -26,11 +26,22 @@ class LazyGroup(click.Group):
             module_name, attribute = self.lazy[name]
             missing = next((m for m in self.needs.get(name, ()) if importlib.util.find_spec(m) is None), None)
             if missing:
-                raise click.ClickException(f"gpunode {name} needs the {missing} package, which is not installed: "
-                                           f"pip install 'gpunode[{name}]'")
+                return self.unavailable(name, missing)
             module = __import__(module_name, fromlist=[attribute])
             return getattr(module, attribute)
         return super().get_command(ctx, name)
+
+    @staticmethod
+    def unavailable(name: str, missing: str) -> click.Command:
+        """A stand-in command that help can list (with what it needs) and that says so when run."""
+        fix = f"pip install 'gpunode[{name}]'"
+
+        def refuse(**_: object) -> None:
+            raise click.ClickException(f"gpunode {name} needs the {missing} package, which is not installed: {fix}")
+
+        return click.Command(name, callback=refuse, short_help=f"(not installed: needs {missing}; {fix})",
+                             help=f"Not available: needs the {missing} package. Install it with: {fix}",
+                             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
