@@ -258,13 +258,15 @@ def test_docker_diagnosis(text: str | None, settings: dict, codes: set) -> None:
 
 
 @pytest.mark.parametrize(("data", "message"), [
-    ({"toolkit_version": "1.17.8"}, "is not a package version"),
-    ({"toolkit_key_fingerprint": "c95b 321b"}, "is not a 40-hex-digit fingerprint"),
-    ({"container_runtime": "podman"}, "container_runtime 'podman' is not supported"),
-    ({"nvidia_runtime_default": "maybe"}, "nvidia_runtime_default must be true or false"),
-    ({"driver_min_version": "latest"}, "is not a driver version"),
-    ({"toolkit_repository_url": "nvidia.github.io"}, "is not a URL"),
-    ({"runtime_restart_timeout": "soon"}, "must be a whole number"),
+    ({"toolkit_version": "1.17.8"}, "toolkit_version = '1.17.8' is not accepted: expected a full package version"),
+    ({"toolkit_key_fingerprint": "c95b 321b"}, "expected a 40-hex-digit fingerprint"),
+    ({"container_runtime": "podman"}, "container_runtime = 'podman' is not accepted: expected one of auto, "
+                                      "containerd, docker"),
+    ({"nvidia_runtime_default": "maybe"}, "nvidia_runtime_default = 'maybe' is not accepted: expected true or false"),
+    ({"driver_min_version": "latest"}, "expected a driver version like 535"),
+    ({"toolkit_repository_url": "nvidia.github.io"}, "expected an http://, https:// or file:// URL"),
+    ({"runtime_restart_timeout": "soon"}, "runtime_restart_timeout = 'soon' is not accepted: expected a whole number"),
+    ({"runtime_restart_timeout": 2}, "expected at least 5"),
 ])
 def test_bad_inventory_data_names_the_key(data: dict, message: str) -> None:
     from gpunode.errors import GpunodeError

@@ -22,7 +22,10 @@ def test_rolling_batches(data: dict, batches: list[list[str]]) -> None:
     assert rolling_batches(HOSTS, data) == batches
 
 
-@pytest.mark.parametrize(("value", "message"), [("some", "is not a number of nodes"), (-1, "must be 0")])
+@pytest.mark.parametrize(("value", "message"), [
+    ("some", "max_unavailable = 'some' is not accepted: expected a whole number"),
+    (-1, "max_unavailable = -1 is not accepted: expected at least 0"),
+])
 def test_bad_max_unavailable_is_named(value: object, message: str) -> None:
     with pytest.raises(GpunodeError, match=message):
         rolling_batches(HOSTS, {"max_unavailable": value})

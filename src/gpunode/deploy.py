@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
+from gpunode.inventory_data import read
 from gpunode.verify.targets import load_inventory, parse_data
 
 STEP_FUNCTIONS = {
@@ -72,14 +73,7 @@ def summarise(payload: dict, hosts: list[str], dry: bool) -> dict:
 
 def rolling_batches(hosts: list[str], data: dict) -> list[list[str]]:
     """Hosts in batches of ``max_unavailable`` (inventory data; 0 or unset: all at once)."""
-    raw = data.get("max_unavailable", 0)
-    try:
-        size = int(raw or 0)
-    except (TypeError, ValueError):
-        raise GpunodeError(f"max_unavailable {raw!r} is not a number of nodes", "set it to 1 or more, or 0 for "
-                           "no rolling") from None
-    if size < 0:
-        raise GpunodeError("max_unavailable must be 0 (no rolling) or more")
+    size = read(data, "max_unavailable")
     if not size:
         return [hosts]
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]

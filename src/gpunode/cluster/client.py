@@ -9,7 +9,7 @@ object, apply conflict) and the fix.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from lightkube import ApiError, Client, ConfigError, KubeConfig
 
 from gpunode.cluster.rbac import missing_rule
 from gpunode.errors import GpunodeError
+from gpunode.inventory_data import BY_NAME, read
 
 FIELD_MANAGER = "gpunode"
 DEFAULT_KUBECONFIG = "~/.kube/config"
@@ -27,33 +28,18 @@ DEFAULT_KUBECONFIG = "~/.kube/config"
 class ClusterSettings:
     """Inventory data for the cluster steps; each field is the data key of the same name."""
 
-    cluster_steps: bool = True
-    kubeconfig: str = ""
-    kube_context: str = ""
-    k8s_node_name: str = ""
-    kube_timeout: float = 10.0
-    rollout_timeout: int = 300
-    allocatable_timeout: int = 150
+    cluster_steps: bool = BY_NAME["cluster_steps"].default
+    kubeconfig: str = BY_NAME["kubeconfig"].default
+    kube_context: str = BY_NAME["kube_context"].default
+    k8s_node_name: str = BY_NAME["k8s_node_name"].default
+    kube_timeout: float = BY_NAME["kube_timeout"].default
+    rollout_timeout: int = BY_NAME["rollout_timeout"].default
+    allocatable_timeout: int = BY_NAME["allocatable_timeout"].default
 
     @classmethod
     def from_data(cls, data: Any) -> ClusterSettings:
-        def value(key: str) -> Any:
-            return data.get(key) if hasattr(data, "get") else getattr(data, key, None)
-
-        steps = value("cluster_steps")
-        settings = cls(
-            cluster_steps=True if steps is None else str(steps).lower() in ("true", "1", "yes"),
-            kubeconfig=str(value("kubeconfig") or ""),
-            kube_context=str(value("kube_context") or ""),
-            k8s_node_name=str(value("k8s_node_name") or ""),
-            kube_timeout=float(value("kube_timeout") or cls.kube_timeout),
-            rollout_timeout=int(value("rollout_timeout") or cls.rollout_timeout),
-            allocatable_timeout=int(value("allocatable_timeout") or cls.allocatable_timeout),
-        )
-        for key in ("rollout_timeout", "allocatable_timeout"):
-            if getattr(settings, key) < 1:
-                raise GpunodeError(f"{key} must be a positive number of seconds")
-        return settings
+        """Settings from pyinfra host data (a mapping or HostData), each value checked by its schema."""
+        return cls(**{field.name: read(data, field.name) for field in fields(cls)})
 
     @property
     def kubeconfig_path(self) -> Path:

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gpunode.diagnosis.driver import gpu_family
+from gpunode.inventory_data import BY_NAME, read
 
 GFD = "nvidia.com/"
 # (pattern in the product name, short model) -- first match wins, longer names first
@@ -27,13 +28,12 @@ SHORT_MODELS = (
 class LabelSettings:
     """Inventory data for labels: ``label_model_key`` and ``label_model_prefix``."""
 
-    model_key: str = "accelerator"
-    model_prefix: str = "nvidia-"
+    model_key: str = BY_NAME["label_model_key"].default
+    model_prefix: str = BY_NAME["label_model_prefix"].default
 
     @classmethod
     def from_data(cls, data: dict) -> LabelSettings:
-        return cls(str(data.get("label_model_key", cls.model_key)), str(data.get("label_model_prefix",
-                                                                                 cls.model_prefix)))
+        return cls(read(data, "label_model_key"), read(data, "label_model_prefix"))
 
 
 @dataclass

@@ -16,10 +16,9 @@ import yaml
 
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, MOUNT_DIR, PluginConfig, parse_plugin_config
 from gpunode.errors import GpunodeError
+from gpunode.inventory_data import BY_NAME, read
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
-MIG_STRATEGIES = ("none", "single", "mixed")
-LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 RUNTIME_CLASS = "nvidia"  # the RuntimeClass the templates render (and its handler, the runtime gpunode configures)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: same documents
 
@@ -28,30 +27,25 @@ SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where P
 class ManifestSettings:
     """Inventory data for the cluster objects (keys: plugin_image, plugin_namespace, ...)."""
 
-    image: str = "gpunode-device-plugin:0.1.0"
-    namespace: str = "gpunode-system"
-    mig_strategy: str = "none"
-    device_list_strategy: str = "envvar"
-    nvidia_runtime_default: bool = False
-    templates_dir: str = ""
+    image: str = BY_NAME["plugin_image"].default
+    namespace: str = BY_NAME["plugin_namespace"].default
+    mig_strategy: str = BY_NAME["plugin_mig_strategy"].default
+    device_list_strategy: str = BY_NAME["plugin_device_list_strategy"].default
+    nvidia_runtime_default: bool = BY_NAME["nvidia_runtime_default"].default
+    templates_dir: str = BY_NAME["templates_dir"].default
     plugin_config: PluginConfig | None = None  # the plugin's own config file (time-slicing, renames), if any
 
     @classmethod
     def from_data(cls, data: dict) -> ManifestSettings:
+        """Settings from host data, each value checked by its schema (``gpunode.inventory_data``)."""
         settings = cls(
-            image=str(data.get("plugin_image", cls.image)),
-            namespace=str(data.get("plugin_namespace", cls.namespace)),
-            mig_strategy=str(data.get("plugin_mig_strategy", cls.mig_strategy)),
-            device_list_strategy=str(data.get("plugin_device_list_strategy", cls.device_list_strategy)),
-            nvidia_runtime_default=str(data.get("nvidia_runtime_default", False)).lower() in ("true", "1", "yes"),
-            templates_dir=str(data.get("templates_dir") or ""),
+            image=read(data, "plugin_image"),
+            namespace=read(data, "plugin_namespace"),
+            mig_strategy=read(data, "plugin_mig_strategy"),
+            device_list_strategy=read(data, "plugin_device_list_strategy"),
+            nvidia_runtime_default=read(data, "nvidia_runtime_default"),
+            templates_dir=read(data, "templates_dir"),
         )
-        if settings.mig_strategy not in MIG_STRATEGIES:
-            raise GpunodeError(f"plugin_mig_strategy {settings.mig_strategy!r} is not one of "
-                               f"{', '.join(MIG_STRATEGIES)}")
-        if settings.device_list_strategy not in LIST_STRATEGIES:
-            raise GpunodeError(f"plugin_device_list_strategy {settings.device_list_strategy!r} is not one of "
-                               f"{', '.join(LIST_STRATEGIES)}")
         flags = {"mig_strategy": settings.mig_strategy, "device_list_strategy": settings.device_list_strategy}
         config = parse_plugin_config(data.get("plugin_config"), flags)
         return replace(settings, plugin_config=config) if config else settings
@@ -64,8 +58,8 @@ def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> li
         own = Path(settings.templates_dir).expanduser()
         if not own.is_dir():
             raise GpunodeError(f"templates_dir {own} is not a folder",
-                               "point templates_dir at a folder with your device-plugin.yaml.j2 (gpunode init DIR "
-                               "writes a copy to start from), or remove the key to use gpunode's own templates")
+                               f"point templates_dir at a folder with your device-plugin.yaml.j2 (copy gpunode's own "
+                               f"from {templates} to start from), or remove the key to use gpunode's templates")
         dirs.append(str(own))
     dirs.append(str(templates))
     return dirs
