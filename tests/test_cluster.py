@@ -137,7 +137,8 @@ def test_daemonset_runs_on_gpu_nodes_only_with_the_plugin_socket_dir() -> None:
 
 
 def test_bad_manifest_data_names_the_key() -> None:
-    with pytest.raises(GpunodeError, match="plugin_mig_strategy = 'half' is not accepted: expected one of none, single, mixed"):
+    with pytest.raises(GpunodeError, match="plugin_mig_strategy = 'half' is not accepted: expected one of none, "
+                                           "single, mixed"):
         ManifestSettings.from_data({"plugin_mig_strategy": "half"})
 
 

@@ -185,6 +185,40 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str) -> N
 
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], as_json: bool) -> None:
+    """Preflight: is INVENTORY ready for a deploy? Reads only, changes nothing.
+
+    The inventory's data first (typos, bad values), before any connection; then per host SSH, sudo, the OS
+    family, the container runtime and the toolkit repository as the host reaches it; then the cluster: the
+    kubeconfig, the API server and every permission gpunode needs. Exit 0 ready, 1 not ready.
+
+    \b
+    Examples:
+      gpunode check inventories/prod.py
+      gpunode check inventories/prod.py --limit h100_nodes --json
+    """
+    import json
+
+    from gpunode.preflight import preflight
+    from gpunode.preflight import render as render_preflight
+    from gpunode.verify.targets import parse_data
+
+    try:
+        report = preflight(inventory, list(limit) or None, parse_data(list(data)))
+    except GpunodeError as error:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"ready": False, "error": error.problem, "fix": error.fix}, indent=2))
+        sys.exit(1)
+    click.echo(json.dumps(report.as_json(), indent=2) if as_json else render_preflight(report), nl=False)
+    sys.exit(0 if report.ready else 1)
+
+
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
 @click.option("--node", help="Only this inventory host.")
 @click.option("--pod", metavar="NS/NAME", help="Also explain this pod (Pending, not starting, no GPU).")
 @click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.inventory_data import read
+from gpunode.inventory_data import check_data, read
 from gpunode.verify.targets import load_inventory, parse_data
 
 STEP_FUNCTIONS = {
@@ -106,6 +106,11 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
     the roll stops at the first batch with a failed host; later hosts are left untouched.
     """
     targets = load_inventory(inventory, limit or None, parse_data(data or []))
+    problems = check_data({t.name: t.data for t in targets})
+    if problems:  # before any connection: a typo or a bad value stops the deploy, not one host's step
+        raise GpunodeError("the inventory data has problems, nothing was changed:\n  " +
+                           "\n  ".join(problem.line() for problem in problems),
+                           f"fix them; 'gpunode check {inventory}' checks the data, the hosts and the cluster")
     hosts = [t.name for t in targets]
     pyinfra_bin = pyinfra or str(Path(sys.executable).with_name("pyinfra"))
     batches = [hosts] if dry or not targets else rolling_batches(hosts, targets[0].data)

@@ -34,6 +34,27 @@ class Target:
         return NodeSettings.from_data(self.data)
 
 
+def inventory_error(path: str, error: Exception) -> GpunodeError:
+    """Why an inventory (or its group_data) did not load, as pyinfra names it: file, line, the exception's words."""
+    import traceback
+
+    cause: BaseException = getattr(error, "exception", None) or error  # pyinfra wraps the user's exception
+    filename = str(getattr(error, "filename", None) or path)
+    line: int | None = None
+    if isinstance(cause, SyntaxError):
+        filename, line = cause.filename or filename, cause.lineno
+        words = f"SyntaxError: {cause.msg}"
+    else:
+        frames = traceback.extract_tb(getattr(cause, "_traceback", None) or cause.__traceback__)
+        user = [frame for frame in frames if "site-packages" not in frame.filename and "/pyinfra" not in frame.filename]
+        if user:
+            filename, line = user[-1].filename, user[-1].lineno
+        words = f"{type(cause).__name__}: {cause}"
+    where = f"{filename}, line {line}" if line else filename
+    return GpunodeError(f"inventory {path} does not load: {where}: {words}",
+                        "fix that line; 'pyinfra INVENTORY exec -- true' loads the inventory the same way")
+
+
 def load_inventory(path: str, limit: list[str] | None = None, data: dict[str, str] | None = None) -> list[Target]:
     """Targets of the pyinfra inventory file ``path`` (group_data/ included), filtered by ``limit``.
 
@@ -50,8 +71,13 @@ def load_inventory(path: str, limit: list[str] | None = None, data: dict[str, st
     if not inventory_path.is_file():
         raise GpunodeError(f"inventory {path} does not exist",
                            "give the path of a pyinfra inventory file, e.g. inventories/prod.py")
-    with ctx_state.use(State()):
-        inventory = make_inventory(str(inventory_path), override_data=data or None, cwd=str(Path.cwd()))
+    try:
+        with ctx_state.use(State()):
+            inventory = make_inventory(str(inventory_path), override_data=data or None, cwd=str(Path.cwd()))
+    except GpunodeError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's Python, whatever it raised: one line, no traceback
+        raise inventory_error(path, error) from None
     targets = []
     for host in inventory:
         groups = sorted(host.groups)

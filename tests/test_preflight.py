@@ -1,0 +1,120 @@
+"""gpunode check, judged from replies: each line ok with its proof, a problem with its fix, or not checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.rbac import Rule
+from gpunode.connection import Reply, Unreachable
+from gpunode.preflight import (
+    NOT_CHECKED,
+    OK,
+    PROBE_MARK,
+    PROBLEM,
+    Preflight,
+    check_cluster,
+    judge_host,
+    probe_script,
+    render,
+)
+from gpunode.verify.targets import Target
+
+DEBIAN = {"uid": "0", "os": "debian 12", "like": "", "apt-get": "/usr/bin/apt-get", "dnf": "",
+          "containerd": "/usr/bin/containerd", "dockerd": "", "curl": "/usr/bin/curl", "arch": "amd64",
+          "key_url": "", "index": "http://127.0.0.1:8080/stable/deb/amd64/InRelease", "index_url": ""}
+
+
+def reply(**changes: str) -> Reply:
+    found = {**DEBIAN, **changes}
+    return Reply(True, "".join(f"{PROBE_MARK}{key}={value}\n" for key, value in found.items()), "")
+
+
+def judged(answer: Reply | Unreachable, **data: object) -> dict[str, tuple[str, str, str]]:
+    report = Preflight()
+    judge_host(report, Target("gpu-1", dict(data), []), answer)
+    return {c.name: (c.state, c.detail, c.fix) for c in report.checks}
+
+
+def test_a_ready_debian_host_is_ok_with_what_proved_each_line() -> None:
+    lines = judged(reply())
+    assert {name: state for name, (state, _, _) in lines.items()} == {
+        "ssh": OK, "sudo": OK, "os": OK, "container runtime": OK, "toolkit repository": OK}
+    assert "id -u printed 0" in lines["sudo"][1]
+    assert "/etc/os-release: debian 12" in lines["os"][1]
+    assert "container_runtime = auto: containerd (/usr/bin/containerd)" == lines["container runtime"][1]
+    assert "/stable/deb/amd64/InRelease" in lines["toolkit repository"][1]
+
+
+@pytest.mark.parametrize(("changes", "data", "name", "words"), [
+    ({"uid": "1000"}, {}, "sudo", "commands run as uid 1000, not root"),
+    ({"apt-get": ""}, {}, "os", "neither apt-get nor dnf found"),
+    ({"containerd": ""}, {}, "container runtime", "neither containerd nor dockerd is installed on gpu-1"),
+    ({}, {"container_runtime": "docker"}, "container runtime", "container_runtime = docker but dockerd is not "
+                                                               "installed on gpu-1"),
+    ({"curl": ""}, {}, "toolkit repository", "curl is not installed on gpu-1"),
+    ({"index_url": "curl: (22) The requested URL returned error: 404"}, {}, "toolkit repository",
+     "gpu-1 cannot download http://127.0.0.1:8080/stable/deb/amd64/InRelease: curl: (22) The requested URL "
+     "returned error: 404"),
+    ({"key_url": "curl: (6) Could not resolve host: nvidia.github.io"}, {}, "toolkit repository",
+     "gpu-1 cannot download https://nvidia.github.io/libnvidia-container/gpgkey: curl: (6) Could not resolve host"),
+])
+def test_each_host_problem_is_named_with_its_fix(changes: dict, data: dict, name: str, words: str) -> None:
+    state, detail, fix = judged(reply(**changes), **data)[name]
+    assert state == PROBLEM and words in detail and fix, (detail, fix)
+
+
+def test_an_unreachable_host_is_one_line_and_sudo_refused_is_sudo() -> None:
+    lines = judged(Unreachable("cannot reach gpu-1: timed out", "check SSH", "unreachable"))
+    assert list(lines) == ["ssh"] and lines["ssh"][0] == PROBLEM
+    lines = judged(Unreachable("sudo refused for user sre on host gpu-1: sudo: a password is required",
+                               "give _sudo_password", "sudo-refused"))
+    assert list(lines) == ["sudo"] and "a password is required" in lines["sudo"][1]
+
+
+def test_the_probe_reads_the_repository_the_host_would_use() -> None:
+    script = probe_script(Target("h", {"toolkit_repository_url": "http://mirror.example/deb/$(ARCH)"}, []).settings)
+    assert "'http://mirror.example/deb/$(ARCH)'" in script and "/InRelease" in script
+    assert "/repodata/repomd.xml" in script
+
+
+def cluster(tmp_path: Path) -> ClusterSettings:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    return ClusterSettings(kubeconfig=str(kubeconfig))
+
+
+def test_every_permission_is_asked_and_the_denied_ones_are_named(tmp_path: Path) -> None:
+    asked: list[tuple[str, str, str | None]] = []
+
+    def review(rule: Rule, verb: str, namespace: str | None) -> bool:
+        asked.append((rule.resource, verb, namespace))
+        return not (rule.resource == "pods/eviction" or (rule.resource == "daemonsets" and verb == "patch"))
+
+    report = Preflight()
+    check_cluster(report, cluster(tmp_path), "gpunode-system", review)
+    lines = {c.name: c for c in report.checks}
+    assert lines["api"].state == OK
+    assert ("pods/eviction", "create", None) in asked and ("daemonsets", "patch", "gpunode-system") in asked
+    assert lines["permissions"].state == PROBLEM
+    assert "2 of" in lines["permissions"].detail
+    assert "create pods/eviction, patch daemonsets in gpunode-system" in lines["permissions"].detail
+    assert "--rbac" in lines["permissions"].fix
+
+
+def test_no_kubeconfig_and_a_dead_api_are_problems_and_permissions_not_checked(tmp_path: Path) -> None:
+    from gpunode.errors import GpunodeError
+
+    report = Preflight()
+    check_cluster(report, ClusterSettings(kubeconfig=str(tmp_path / "missing")), "ns")
+    assert [(c.name, c.state) for c in report.checks] == [("kubeconfig", PROBLEM), ("permissions", NOT_CHECKED)]
+
+    def down(rule: Rule, verb: str, namespace: str | None) -> bool:
+        raise GpunodeError("ask the API: cannot reach the Kubernetes API at https://127.0.0.1:6443", "start it")
+
+    report = Preflight()
+    check_cluster(report, cluster(tmp_path), "ns", down)
+    assert [(c.name, c.state) for c in report.checks] == [("api", PROBLEM), ("permissions", NOT_CHECKED)]
+    assert not report.ready and "not ready: 1 problem(s)" in render(report)
