@@ -127,8 +127,8 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
     """Run the provisioning steps (all of them by default) with pyinfra, without prompts.
 
     STEPS: driver, toolkit_repo, toolkit, runtime, labels, device_plugin, or bootstrap (all; the default).
-    The driver check always runs first. Exit codes: 0 ok, 1 a host failed,
-    2 drift found by --dry.
+    The driver check always runs first. Exit codes: 0 ok (--dry: in sync), 1 a host failed (--dry: could not
+    tell, e.g. SSH, the Kubernetes API or RBAC, with why), 2 drift found by --dry.
 
     \b
     Examples:

@@ -8,6 +8,7 @@ runs, never prompts (``-y`` or ``--dry``), and turns pyinfra's JSON output into
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from gpunode.errors import GpunodeError
 from gpunode.inventory_data import check_data, read
+from gpunode.operations import PLANNED_FAILURES
 from gpunode.verify.targets import load_inventory, parse_data
 
 STEP_FUNCTIONS = {
@@ -80,9 +82,11 @@ def rolling_batches(hosts: list[str], data: dict) -> list[list[str]]:
 
 
 def run_pyinfra(pyinfra_bin: str, inventory: str, steps: list[str], limit: list[str], dry: bool,
-                data: list[str]) -> tuple[int, dict]:
+                data: list[str]) -> tuple[int, dict, list[dict]]:
+    """pyinfra's exit code, its JSON, and (dry runs) the hosts' planned failures: what it could not plan."""
     with tempfile.TemporaryDirectory(prefix="gpunode-deploy-") as tmp:
         deploy = Path(tmp) / "gpunode_deploy.py"
+        notes = Path(tmp) / "planned-failures.jsonl"
         deploy.write_text(deploy_file(steps))
         argv = [pyinfra_bin, "--json", "--dry" if dry else "-y"]
         for pattern in limit:
@@ -90,17 +94,22 @@ def run_pyinfra(pyinfra_bin: str, inventory: str, steps: list[str], limit: list[
         for pair in data:
             argv += ["--data", pair]
         argv += [inventory, str(deploy)]
-        result = subprocess.run(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False)
+        env = {**os.environ, PLANNED_FAILURES: str(notes)} if dry else None
+        result = subprocess.run(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, check=False,
+                                env=env)
+        failures = [json.loads(line) for line in notes.read_text().splitlines() if line.strip()] \
+            if notes.exists() else []
     try:
         payload = json.loads(result.stdout) if result.stdout.strip() else {}
     except json.JSONDecodeError:
         payload = {}
-    return result.returncode, payload
+    return result.returncode, payload, failures
 
 
 def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, report_path: str | None,
                data: list[str] | None = None, pyinfra: str | None = None) -> tuple[int, dict]:
-    """Run the deploy; exit code 0 ok, 1 a host failed, 2 drift in a dry run.
+    """Run the deploy; exit code 0 ok (in sync, for a dry run), 1 a host failed (or, dry, could not be planned:
+    SSH, the API, RBAC, a step that would fail), 2 drift in a dry run.
 
     With ``max_unavailable`` in the inventory data, hosts go in batches of that size and
     the roll stops at the first batch with a failed host; later hosts are left untouched.
@@ -117,10 +126,13 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
     report: dict[str, dict] = {}
     code = 0
     for number, batch in enumerate(batches):
-        returncode, payload = run_pyinfra(pyinfra_bin, inventory, steps, limit if len(batches) == 1 else batch,
-                                          dry, data or [])
+        returncode, payload, planned_failures = run_pyinfra(pyinfra_bin, inventory, steps,
+                                                            limit if len(batches) == 1 else batch, dry, data or [])
         if payload:
             part = summarise(payload, batch, dry)
+            for failure in planned_failures:  # a dry run that cannot plan a host cannot tell whether it drifted
+                if failure["host"] in part:
+                    part[failure["host"]]["failed"].append(f"could not tell: {failure['message']}")
         else:  # pyinfra stops without a result when every host failed ("No hosts remaining!") or prepare failed
             why = f"pyinfra exited {returncode} without a result: every host failed or the deploy did not load"
             part = {host: {"changed": [], "failed": [why + " (see its messages above)"], "unchanged": 0}

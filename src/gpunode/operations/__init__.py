@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import shlex
 from collections.abc import Callable
 from functools import wraps
@@ -40,13 +42,31 @@ def step_fact(target: Host, step: str, fact: type[FactBase], **kwargs: Any) -> A
     return target.get_fact(fact, **kwargs)
 
 
+PLANNED_FAILURES = "GPUNODE_PLANNED_FAILURES"  # env: a file where a dry run notes the hosts it cannot plan
+
+
 def failing_command(message: str) -> str:
     """A command that fails the host with ``message`` when it runs.
 
-    Operations yield this rather than raising, so a broken host fails at execution
-    (the others go on) and a dry run reports it as drift instead of aborting.
+    Operations yield this rather than raising, so a broken host fails at execution (the others go on). A dry
+    run never executes it, so the host and ``message`` are also noted (one JSON line) in the file that
+    ``$GPUNODE_PLANNED_FAILURES`` names, when it names one: ``gpunode deploy --dry`` reads it, and a host it
+    could not plan (the API down, RBAC, a broken driver) is "could not tell", never drift.
     """
+    note_planned_failure(message)
     return f"printf '%s\\n' {shlex.quote('gpunode: ' + message)} >&2; exit 1"
+
+
+def note_planned_failure(message: str) -> None:
+    path = os.environ.get(PLANNED_FAILURES)
+    if not path:
+        return
+    from pyinfra.context import ctx_host
+
+    current = ctx_host.get()
+    name = current.name if current is not None else "?"
+    with open(path, "a", encoding="utf-8") as notes:
+        notes.write(json.dumps({"host": name, "message": message}) + "\n")
 
 
 def control_command(function: Callable[..., None], *args: object) -> FunctionCommand:
