@@ -243,7 +243,14 @@ def doctor(inventory: str, node: str | None, pod: str | None, limit: tuple[str, 
     from gpunode.doctor import render as render_report
     from gpunode.verify.targets import parse_data
 
-    report = examine(inventory, list(limit), parse_data(list(data)), node, pod)
+    try:
+        report = examine(inventory, list(limit), parse_data(list(data)), node, pod)
+    except GpunodeError as error:
+        if not as_json:
+            raise
+        click.echo(json.dumps({"error": error.problem, "fix": error.fix, "nodes": {}, "problems": [], "links": {}},
+                              indent=2))
+        sys.exit(1)
     click.echo(json.dumps(report.as_json(), indent=2) if as_json else render_report(report))
     sys.exit(1 if report.problems else 0)
 

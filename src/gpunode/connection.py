@@ -97,6 +97,17 @@ def _short(line: str) -> str:
     return f"{line[:match.start('command')]}{match['command'][:60]}...'{match['tail'] or ''}"
 
 
+def where(host: Host) -> str:
+    """How the inventory reaches ``host``: user@address:port (and the ssh_config_file, if one)."""
+    data = host.data
+    user = data.get("ssh_user")
+    address = data.get("ssh_hostname") or host.name
+    port = data.get("ssh_port")
+    config = data.get("ssh_config_file")
+    return (f"{user + '@' if user else ''}{address}{':' + str(port) if port else ''}"
+            + (f" (ssh_config_file {config})" if config else ""))
+
+
 def _never_prompt(prompt: str = "", stream: object = None) -> str:
     raise SudoPasswordNeeded(prompt.strip())
 
@@ -126,10 +137,11 @@ class Connections:
             try:
                 host.connect(show_errors=False, raise_exceptions=True)
             except ConnectError as error:
-                raise Unreachable(f"cannot reach {name}: {error.args[0] if error.args else error}",
+                said = error.args[0] if error.args else str(error)
+                raise Unreachable(f"cannot reach {name}: {said}",
                                   "check that the host answers SSH as the inventory reaches it (user, key, port, "
                                   "ssh_config_file / ProxyJump); 'pyinfra INVENTORY exec -- true' shows the same",
-                                  "unreachable") from error
+                                  "unreachable", [f"ssh {where(host)}: {said}"]) from error
         try:
             status, stdout, stderr = run(host, command)
         except SudoPasswordNeeded as error:

@@ -27,7 +27,7 @@ from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.settings import NodeSettings
-from gpunode.verify.checks import STEPS, ClusterView
+from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
 from gpunode.verify.plugin import Verification
 from gpunode.verify.targets import load_inventory
 
@@ -79,23 +79,30 @@ def first_broken(host: str, verification: Verification) -> Problem | None:
         return Problem(host, verification.errors[host])
     for step in STEPS:
         result = verification.result(host, step)
-        if result.outcome == "fail":
+        if result.outcome == "fail" and not cluster_unreadable(result):  # that one is the cluster's, named once
             finding = next((f for f in result.findings if f.severity is Severity.FAIL), None)
             return Problem(host, finding or Finding(step, Severity.FAIL, result.reason))
     return None
+
+
+def cluster_unreadable(result: StepResult) -> Finding | None:
+    """The finding of a cluster step that could not read the API at all (down, credentials, RBAC), if it is one."""
+    return next((f for f in result.findings if f.code == CLUSTER_UNREADABLE), None)
 
 
 def host_links(host: str, verification: Verification) -> list[Link]:
     """Each step's verdict for ``host`` as a link: its proof, its first failure, or why it was not checked."""
     if host in verification.errors:
         error = verification.errors[host]
-        return [Link("connection", "finding", error.what, list(error.evidence)),
+        return [Link(error.step, "finding", error.what, list(error.evidence)),
                 *(Link(step, "not checked", "the host could not be read") for step in STEPS)]
     links = []
     for step in STEPS:
         result = verification.result(host, step)
         if result.outcome == "pass":
             links.append(Link(step, "ok", result.reason, result.proof))
+        elif cluster_unreadable(result):
+            links.append(Link(step, "not checked", f"the Kubernetes API could not be read: {result.reason}"))
         elif result.outcome == "fail":
             first = result.findings[0] if result.findings else None
             links.append(Link(step, "finding", result.reason, list(first.evidence) if first else []))
@@ -218,6 +225,10 @@ def nvidia_default_of(node: str, verification: Verification) -> bool | None:
     return None
 
 
+def unreadable_finding(error: GpunodeError) -> Finding:
+    return Finding("api", Severity.FAIL, error.problem, [], error.fix or "", CLUSTER_UNREADABLE)
+
+
 def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str] | None = None,
             node: str | None = None, pod: str | None = None) -> DoctorReport:
     targets = load_inventory(inventory, limit or None, data)
@@ -229,15 +240,25 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
     verification.read_all()
     report = DoctorReport()
     cluster: ClusterSettings | None = None
+    cluster_error: Finding | None = None  # the API could not be read: one problem, the nodes still checked
     needs_runtime_class = False
     for host, target in verification.targets.items():
         problem = first_broken(host, verification)
         links = host_links(host, verification)
         settings = ClusterSettings.from_data(target.data)
         facts = verification.facts.get(host, {})
-        if problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
-            checked = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name or facts.get("hostname")
-                                      or host, verification.cluster)
+        unreadable = next(filter(None, (cluster_unreadable(verification.result(host, step))
+                                        for step in CLUSTER_STEPS)), None) if host in verification.verdicts else None
+        if unreadable is not None:
+            cluster_error = cluster_error or unreadable
+        elif problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
+            try:
+                checked = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name
+                                          or facts.get("hostname") or host, verification.cluster)
+            except GpunodeError as error:
+                cluster_error = cluster_error or unreadable_finding(error)
+                checked = Link("no plugin on a CPU node", "not checked", f"the Kubernetes API could not be read: "
+                               f"{error.problem}")
             if isinstance(checked, Link):
                 links.append(checked)
             else:
@@ -256,13 +277,20 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
         if settings.cluster_steps:
             cluster = cluster or settings
             needs_runtime_class |= not NodeSettings.from_data(target.data).nvidia_runtime_default
-    if cluster is not None and needs_runtime_class:
-        checked = runtime_class_problem(cluster)
+    if cluster_error is not None:
+        report.problems.append(Problem("cluster", cluster_error))
+        report.links["cluster"] = [link_of(cluster_error, "api")]
+    elif cluster is not None and needs_runtime_class:
+        try:
+            checked: Problem | Link = runtime_class_problem(cluster)
+        except GpunodeError as error:
+            checked = Problem("cluster", unreadable_finding(error))
         if isinstance(checked, Link):
             report.links["cluster"] = [checked]
         else:
             report.problems.append(checked)
-            report.links["cluster"] = [link_of(checked.finding, "runtimeclass")]
+            report.links["cluster"] = [link_of(checked.finding, "api" if checked.finding.code == CLUSTER_UNREADABLE
+                                               else "runtimeclass")]
     if pod:
         if cluster is None:
             raise GpunodeError("--pod needs the cluster, and every host has cluster_steps = False")

@@ -67,6 +67,9 @@ def verdict(host: str, step: str, findings: list[Finding]) -> StepResult:
     return StepResult(host, step, "pass", proofs[0].what, findings)
 
 
+CLUSTER_UNREADABLE = "cluster-unreadable"  # the code of a cluster step that could not read the API
+
+
 class ClusterView:
     """The cluster as the verification reads it: the rollout once per namespace, nodes and pods per host."""
 
@@ -129,8 +132,11 @@ class ClusterView:
                                               self.plugin_pod(settings, namespace, name), node, offer, namespace)
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
+            # the API could not be read (down, credentials, RBAC): every host says so; doctor names it once
+            finding = Finding("api", Severity.FAIL, error.problem, [f"while reading node {name}"],
+                              error.fix or "", CLUSTER_UNREADABLE)
             for step in CLUSTER_STEPS:
-                results.setdefault(step, StepResult(host, step, "fail", str(error)))
+                results.setdefault(step, StepResult(host, step, "fail", error.problem, [finding]))
         return results
 
 

@@ -66,14 +66,18 @@ class Verification:
         try:
             settings = self.targets[name].settings
         except GpunodeError as error:
-            return Finding("connection", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
+            return Finding("inventory data", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
                            fix=error.fix or "", code="bad-data")
         self.facts[name] = split_facts(reply.stdout)
         return judge(name, self.facts[name], settings, self.targets[name].data, self.cluster)
 
     def result(self, host: str, step: str) -> StepResult:
+        """The step's verdict; a host that could not be read fails once, at the chain's first step, with the
+        connection's one line (ssh's or sudo's words), and every later step is "not checked" because of it."""
         if host in self.errors:
-            return StepResult(host, step, "fail", self.errors[host].what, [self.errors[host]])
+            if step == STEPS[0]:
+                return StepResult(host, step, "fail", self.errors[host].what, [self.errors[host]])
+            return StepResult(host, step, "skip", f"not checked: {host} could not be read (see {STEPS[0]})")
         return self.verdicts[host][step]
 
 
