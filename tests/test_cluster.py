@@ -57,6 +57,7 @@ def test_a100_node_labels(tmp_path: Path) -> None:
         "nvidia.com/cuda.driver.minor": "54",
         "nvidia.com/cuda.driver.rev": "15",
         "nvidia.com/mig.capable": "true",
+        "gpunode.io/device-plugin": "true",  # gpunode's plugin serves it (no NVIDIA plugin there)
     }
 
 
@@ -128,7 +129,7 @@ def test_manifests_pass_schema_validation(version: str, nvidia_default: bool) ->
 def test_daemonset_runs_on_gpu_nodes_only_with_the_plugin_socket_dir() -> None:
     daemonset = documents(render(ManifestSettings()))[-1]
     pod = daemonset["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpunode.io/device-plugin": "true"}
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["volumes"][0]["hostPath"]["path"] == "/var/lib/kubelet/device-plugins"
     container = pod["containers"][0]

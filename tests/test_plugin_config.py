@@ -29,6 +29,14 @@ def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
     assert from_flag.mig_strategy == "none"
 
 
+def test_the_socket_prefix_names_the_socket_as_nvidia_s_plugin_would() -> None:
+    from gpunode_plugin.resources import socket_name
+
+    assert socket_name("nvidia.com/gpu", load([], {"GPUNODE_PLUGIN_SOCKET_PREFIX": "nvidia"}).socket_prefix) \
+        == "nvidia-gpu.sock"
+    assert socket_name("nvidia.com/gpu", load([], {}).socket_prefix) == "gpunode-gpu.sock"
+
+
 def test_json_config_and_list_strategy_from_environment(tmp_path: Path) -> None:
     config_file = tmp_path / "config.json"
     config_file.write_text('{"version": "v1", "flags": {"plugin": {"deviceIDStrategy": "index"}}}')
@@ -42,6 +50,7 @@ def test_json_config_and_list_strategy_from_environment(tmp_path: Path) -> None:
     (["--device-id-strategy", "serial"], {}, "deviceIDStrategy: 'serial' is not one of uuid, index"),
     (["--config-file", "/nonexistent.yaml"], {}, "config file /nonexistent.yaml does not exist"),
     (["--backend", "rocm"], {}, "backend: 'rocm' is not one of nvml, sim"),
+    (["--socket-prefix", "../x"], {}, "socket-prefix: '../x' must be a file name part"),
 ])
 def test_bad_values_name_the_key(args: list[str], env: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

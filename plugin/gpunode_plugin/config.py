@@ -54,6 +54,7 @@ class Config:
     http_address: str = ":8081"
     health_recovery_seconds: int = 0
     log_format: str = "json"
+    socket_prefix: str = "gpunode"  # <prefix>-gpu.sock in the kubelet's folder (NVIDIA's plugin uses "nvidia")
     extra: dict = field(default_factory=dict)
 
     @property
@@ -82,6 +83,7 @@ OPTIONS = (
     ("--health-recovery-seconds", "GPUNODE_HEALTH_RECOVERY_SECONDS", "flags.plugin.gpunodeHealthRecoverySeconds",
      "health_recovery_seconds", "int"),
     ("--log-format", "GPUNODE_LOG_FORMAT", None, "log_format", "str"),
+    ("--socket-prefix", "GPUNODE_PLUGIN_SOCKET_PREFIX", None, "socket_prefix", "str"),
 )
 FILE_KEYS = {
     "": {"version", "flags", "sharing", "resources", "imex"},
@@ -241,3 +243,6 @@ def validate(config: Config) -> None:
             raise ConfigError(f"sharing.timeSlicing.resources: name {shared.name!r} must be an nvidia.com/ resource")
     if config.health_recovery_seconds < 0:
         raise ConfigError("healthRecoverySeconds must be 0 (never recover, as NVIDIA's plugin) or more")
+    if not config.socket_prefix or not all(c.isalnum() or c in "-_." for c in config.socket_prefix):
+        raise ConfigError(f"socket-prefix: {config.socket_prefix!r} must be a file name part (letters, digits, "
+                          "'-', '_', '.')")

@@ -88,13 +88,13 @@ class PluginManager:
             log.warning(self.idle_reason)
             return
         for name in self.resources:
-            path = os.path.join(self.socket_dir, socket_name(name))
+            path = os.path.join(self.socket_dir, socket_name(name, self.config.socket_prefix))
             if len(path.encode()) > MAX_SOCKET_PATH:
                 raise StartupError(f"the socket path {path} is {len(path.encode())} bytes; unix sockets allow "
                                    f"{MAX_SOCKET_PATH}: use a shorter socket directory (--kubelet-socket)")
         for name, resource in self.resources.items():
-            self.servers[name] = PluginServer(resource, self.socket_dir, socket_name(name), self.config,
-                                              self.metrics, self._stream_ended)
+            self.servers[name] = PluginServer(resource, self.socket_dir, socket_name(name, self.config.socket_prefix),
+                                              self.config, self.metrics, self._stream_ended)
             self.servers[name].start()
             log.info("serving %s (%d devices) on %s", name, len(resource.devices), self.servers[name].path)
         self.health = HealthMonitor(self.backend, self.resources, self.environ, self.config.health_recovery_seconds)

@@ -110,6 +110,6 @@ def build_resources(gpus: list[Gpu], config: Config) -> dict[str, Resource]:
     return resources
 
 
-def socket_name(resource: str) -> str:
+def socket_name(resource: str, prefix: str = "gpunode") -> str:
     """The plugin's socket file for ``resource``: ``gpunode-gpu.sock``, ``gpunode-mig-1g.5gb.sock``."""
-    return f"gpunode-{resource.split('/', 1)[-1]}.sock"
+    return f"{prefix}-{resource.split('/', 1)[-1]}.sock"

@@ -158,7 +158,9 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
 @click.option("--rbac", is_flag=True, help="Print instead the RBAC objects gpunode itself needs (least privilege).")
 @click.option("--subject", default="User:gpunode", show_default=True, metavar="KIND:NAME",
               help="With --rbac: who gets the rules (User:NAME, Group:NAME, ServiceAccount:NS/NAME).")
-def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str) -> None:
+@click.option("--migrate-from", multiple=True, metavar="NAMESPACE/NAME",
+              help="With --rbac: also what 'gpunode migrate' needs on this DaemonSet of NVIDIA's; repeatable.")
+def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migrate_from: tuple[str, ...]) -> None:
     """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
 
     Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy,
@@ -180,7 +182,8 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str) -> N
 
     targets = load_inventory(inventory, data=parse_data(list(data)))
     settings = ManifestSettings.from_data(targets[0].data)
-    click.echo(render_rbac(settings.namespace, subject) if rbac else render_manifests(settings), nl=False)
+    click.echo(render_rbac(settings.namespace, subject, migrate_from) if rbac else render_manifests(settings),
+               nl=False)
 
 
 @cli.command()

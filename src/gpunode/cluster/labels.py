@@ -16,6 +16,7 @@ from gpunode.diagnosis.driver import gpu_family
 from gpunode.inventory_data import BY_NAME, read
 
 GFD = "nvidia.com/"
+PLUGIN_LABEL = "gpunode.io/device-plugin"  # "true": gpunode's device plugin serves this node (its DaemonSet selects it)
 # (pattern in the product name, short model) -- first match wins, longer names first
 SHORT_MODELS = (
     ("GH200", "gh200"), ("GB200", "gb200"), ("B200", "b200"), ("B100", "b100"), ("H200", "h200"), ("H100", "h100"),
@@ -97,6 +98,7 @@ def gpu_labels(gpus: list[dict], settings: LabelSettings | None = None) -> NodeL
     labels[f"{GFD}cuda.driver.minor"] = parts[1] if len(parts) > 1 else ""
     labels[f"{GFD}cuda.driver.rev"] = parts[2] if len(parts) > 2 else ""
     labels[f"{GFD}mig.capable"] = "true" if first.get("mig_mode") else "false"
+    labels[PLUGIN_LABEL] = "true"
     return result
 
 

@@ -5,9 +5,12 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
 * cluster-wide (a ClusterRole): nodes (read, list, label, cordon), pods (read, list: doctor ``--pod`` and the
   reboot's drain look in every namespace), evictions (the drain), pod logs and events (doctor ``--pod`` reads the
   pod's own output and events, doctor the plugin pods'), the plugin's namespace and the ``nvidia`` RuntimeClass by
-  name (read and apply);
+  name (read and apply), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
 * in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies, and the
   plugin's pods (delete: a plugin restart).
+
+``gpunode migrate`` alone needs more, and only for the DaemonSets it moves nodes from: read and patch NVIDIA's
+device-plugin DaemonSet, by name, in its namespace (``--rbac --migrate-from NAMESPACE/NAME``).
 
 Server-side apply of an object that does not exist yet is authorized as ``patch`` and as ``create``, so both are
 granted for what gpunode applies. The namespace itself is part of what ``gpunode render --rbac`` prints: the Role
@@ -54,7 +57,14 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("", "events", ("list",)),
         Rule("", "namespaces", ("get", "patch"), (namespace,)),
         Rule("node.k8s.io", "runtimeclasses", ("get", "create", "patch"), (RUNTIME_CLASS,)),
+        Rule("apps", "daemonsets", ("list",)),  # NVIDIA's device plugin or GFD already on the nodes? (coexistence)
     ]
+
+
+def migration_rules() -> list[Rule]:
+    """In the namespace of NVIDIA's device-plugin DaemonSet, for ``gpunode migrate`` only: read it and add the
+    node affinity that keeps it off the nodes gpunode's plugin serves (limited to that DaemonSet by name)."""
+    return [Rule("apps", "daemonsets", ("get", "patch"))]
 
 
 def namespace_rules() -> list[Rule]:
@@ -81,11 +91,34 @@ def parse_subject(text: str) -> dict:
     return {"kind": kind, "name": name, "apiGroup": "rbac.authorization.k8s.io"}
 
 
-def documents(namespace: str, subject: str = DEFAULT_SUBJECT) -> list[dict]:
-    """The Namespace, ClusterRole, ClusterRoleBinding, Role and RoleBinding that let ``subject`` run gpunode."""
+def parse_daemonset(text: str) -> tuple[str, str]:
+    """``NAMESPACE/NAME`` of a DaemonSet."""
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise GpunodeError(f"DaemonSet {text!r} is not NAMESPACE/NAME",
+                           "for example kube-system/nvidia-device-plugin-daemonset (kubectl get ds -A lists them)")
+    return namespace, name
+
+
+def documents(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tuple[str, ...] = ()) -> list[dict]:
+    """The Namespace, ClusterRole, ClusterRoleBinding, Role and RoleBinding that let ``subject`` run gpunode;
+    with ``migrate_from`` (NAMESPACE/NAME of NVIDIA's plugin DaemonSets), a Role and RoleBinding per DaemonSet
+    for ``gpunode migrate``, limited to it by name."""
     who = parse_subject(subject)
     group = "rbac.authorization.k8s.io/v1"
     labels = {"app.kubernetes.io/managed-by": NAME}
+    migration = []
+    for reference in migrate_from:
+        ds_namespace, ds_name = parse_daemonset(reference)
+        role = f"{NAME}-migrate-{ds_name}"[:63]
+        rules = [{**r.as_dict(), "resourceNames": [ds_name]} for r in migration_rules()]
+        migration += [
+            {"apiVersion": group, "kind": "Role", "metadata": {"name": role, "namespace": ds_namespace,
+                                                               "labels": labels}, "rules": rules},
+            {"apiVersion": group, "kind": "RoleBinding", "metadata": {"name": role, "namespace": ds_namespace,
+                                                                      "labels": labels},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role}, "subjects": [who]},
+        ]
     return [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         {"apiVersion": group, "kind": "ClusterRole", "metadata": {"name": NAME, "labels": labels},
@@ -99,11 +132,11 @@ def documents(namespace: str, subject: str = DEFAULT_SUBJECT) -> list[dict]:
                                                                   "labels": labels},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
          "subjects": [who]},
-    ]
+    ] + migration
 
 
-def render(namespace: str, subject: str = DEFAULT_SUBJECT) -> str:
-    return yaml.safe_dump_all(documents(namespace, subject), sort_keys=False)
+def render(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tuple[str, ...] = ()) -> str:
+    return yaml.safe_dump_all(documents(namespace, subject, migrate_from), sort_keys=False)
 
 
 # the API server's words for an RBAC denial (k8s.io/apiserver's forbidden message)

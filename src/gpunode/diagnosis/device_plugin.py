@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpunode.cluster.labels import PLUGIN_LABEL
 from gpunode.cluster.plugin_config import Offer
 from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
@@ -75,6 +76,18 @@ def untolerated(rollout: RolloutState, node: NodeLabelsState) -> list[str]:
     return left
 
 
+def two_registrars(node: str, reference: str, pod: str, namespace: str) -> Finding:
+    """NVIDIA's device plugin and gpunode's both register nvidia.com/gpu on ``node``."""
+    return Finding(STEP, Severity.FAIL,
+                   f"two nvidia.com/gpu registrars on {node}: gpunode's device plugin and NVIDIA's {reference}; the "
+                   "kubelet keeps whichever registered last, so allocatable flaps as each one re-registers",
+                   [f"daemonset {reference}: pod {pod} on {node}",
+                    f"node {node} label {PLUGIN_LABEL}=true (gpunode's plugin, daemonset {namespace}/{DAEMONSET})"],
+                   f"keep one: 'gpunode migrate INVENTORY --limit {node}' moves the node to gpunode's plugin (NVIDIA's "
+                   f"leaves it), or remove the label {PLUGIN_LABEL} from the node to leave it to NVIDIA's",
+                   code="two-registrars")
+
+
 def not_scheduled(what: str, evidence: list[str], rollout: RolloutState, node: NodeLabelsState,
                   namespace: str) -> Finding:
     unmet = {k: v for k, v in rollout.node_selector.items() if node.labels.get(k) != v}
@@ -84,8 +97,9 @@ def not_scheduled(what: str, evidence: list[str], rollout: RolloutState, node: N
         fix = (f"{node.name} is tainted {', '.join(blocking)}, which the DaemonSet does not tolerate: remove the taint "
                f"(kubectl taint node {node.name} {key}-) or add a toleration for it to the plugin's DaemonSet (your "
                "copy of device-plugin.yaml.j2 in templates_dir)")
-    elif PRESENT in unmet and node.labels.get(PRESENT) != "true" and unmet[PRESENT] == "true":
-        fix = "run deploys/labels.py (it sets nvidia.com/gpu.present=true on GPU nodes)"
+    elif unmet and set(unmet) <= {PRESENT, PLUGIN_LABEL} and all(v == "true" for v in unmet.values()):
+        fix = (f"run deploys/labels.py (it sets {' and '.join(f'{k}=true' for k in sorted(unmet))} on GPU nodes; "
+               f"{PLUGIN_LABEL} only where NVIDIA's own device plugin does not serve the node)")
     elif unmet:
         fix = (f"the DaemonSet's nodeSelector asks for {', '.join(f'{k}={v}' for k, v in sorted(unmet.items()))}, "
                "which this node does not carry: re-run deploys/device_plugin.py (it restores gpunode's selector), "

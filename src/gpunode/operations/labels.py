@@ -16,10 +16,11 @@ from pyinfra import host, logger, state
 from pyinfra.api import Host, State, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
-from gpunode.cluster.labels import LabelSettings, driver_version_of, gpu_labels
+from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, driver_version_of, gpu_labels
 from gpunode.diagnosis import Severity
 from gpunode.diagnosis.labels import diagnose, plan, up_to_date
 from gpunode.errors import GpunodeError
+from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.labels import NodeLabelsState, read_node, read_nodes
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
@@ -27,6 +28,9 @@ from gpunode.operations.reboot import fresh_driver_state
 
 _relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 _labelled_driver: WeakKeyDictionary[Host, str | None] = WeakKeyDictionary()
+_kept_by: WeakKeyDictionary[Host, ForeignDaemonSet] = WeakKeyDictionary()  # NVIDIA's plugin serves the node
+# NVIDIA's DaemonSets as this run first listed them, per cluster (one list per run)
+_foreign: WeakKeyDictionary[State, dict[tuple[str, str], list[ForeignDaemonSet]]] = WeakKeyDictionary()
 
 
 # the cluster's Nodes as this run first listed them, per cluster: one list call per run, not a read per host
@@ -43,6 +47,20 @@ def node_of_run(settings: ClusterSettings, name: str) -> NodeLabelsState:
     if key not in per_cluster:
         per_cluster[key] = read_nodes(settings)
     return per_cluster[key].get(name) or NodeLabelsState(name, exists=False)
+
+
+def foreign_of_run(settings: ClusterSettings) -> list[ForeignDaemonSet]:
+    """NVIDIA's device plugin and GFD DaemonSets from the run's one list of the cluster's DaemonSets."""
+    per_cluster = _foreign.setdefault(state, {})
+    key = (str(settings.kubeconfig_path), settings.kube_context)
+    if key not in per_cluster:
+        per_cluster[key] = read_foreign(settings)
+    return per_cluster[key]
+
+
+def kept_by(target: Host) -> ForeignDaemonSet | None:
+    """NVIDIA's device plugin, when it serves the host's node and this run left it there (no second registrar)."""
+    return _kept_by.get(target)
 
 
 def labelled_driver(target: Host) -> str | None:
@@ -97,6 +115,21 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
         yield failing_command(str(error))
         return
     _labelled_driver[host] = driver_version_of(node.labels)
+    if labels.get(PLUGIN_LABEL) and node.labels.get(PLUGIN_LABEL) != "true":
+        try:
+            registrar = registrar_on(foreign_of_run(settings), node_name)
+        except GpunodeError as error:
+            yield failing_command(str(error))
+            return
+        if registrar is not None:  # never a second nvidia.com/gpu registrar on one node
+            _kept_by[host] = registrar
+            labels = {key: value for key, value in labels.items() if key != PLUGIN_LABEL}
+            host.log_styled(
+                f"warning: node {node_name}: NVIDIA's device plugin {registrar.reference} (pod "
+                f"{registrar.pods[node_name]}) serves nvidia.com/gpu here; gpunode does not add a second registrar "
+                f"(its plugin is not placed on this node). Move the node with 'gpunode migrate INVENTORY --limit "
+                f"{host.name}' (one node at a time, running GPU pods undisturbed), or remove NVIDIA's plugin",
+                fg="yellow", log_func=logger.warning)
     findings = diagnose(node, labels)
     missing = [f for f in findings if f.code == "node-missing"]
     if missing:

@@ -9,6 +9,7 @@ from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.manifests import ManifestSettings, manifest_documents
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
+from gpunode.operations.labels import kept_by
 from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
 
@@ -30,6 +31,11 @@ def device_plugin_rollout() -> None:
     if not gpus and not NodeSettings.from_data(host.data).reboot_on_mismatch:
         return
     name = node_name(settings)
+    registrar = kept_by(host)
+    if registrar is not None:
+        host.noop(f"node {name} is served by NVIDIA's device plugin {registrar.reference}: gpunode's plugin is "
+                  "not placed there ('gpunode migrate' moves the node)")
+        return
     device_plugin.restarted_after_driver_change(
         name="Restart the device plugin on a changed driver", node_name=name, namespace=manifests.namespace,
         settings=settings, driver_version=gpus[0]["driver_version"] if gpus else None)

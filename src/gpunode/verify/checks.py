@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from lightkube.resources.core_v1 import Pod
 
 from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.labels import LabelSettings, gpu_labels
+from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, gpu_labels
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
 from gpunode.errors import GpunodeError
+from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.device_plugin import (
     PluginPodState,
     RolloutState,
@@ -77,6 +78,7 @@ class ClusterView:
         self.rollouts: dict[tuple[str, str, str], RolloutState] = {}
         self.nodes: dict[tuple[str, str], dict[str, NodeLabelsState]] = {}
         self.plugin_pods: dict[tuple[str, str, str], dict[str, Pod]] = {}
+        self.foreign_lists: dict[tuple[str, str], list[ForeignDaemonSet]] = {}
         self.lock = threading.Lock()  # hosts are judged in parallel: each list is read once
 
     def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
@@ -93,6 +95,14 @@ class ClusterView:
             if key not in self.nodes:
                 self.nodes[key] = read_nodes(settings)
             return self.nodes[key].get(name) or NodeLabelsState(name, exists=False)
+
+    def foreign(self, settings: ClusterSettings) -> list[ForeignDaemonSet]:
+        """NVIDIA's device plugin and GFD DaemonSets, from one list per verification."""
+        key = (str(settings.kubeconfig_path), settings.kube_context)
+        with self.lock:
+            if key not in self.foreign_lists:
+                self.foreign_lists[key] = read_foreign(settings)
+            return self.foreign_lists[key]
 
     def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
         """The node's plugin pod from one list of the plugin's pods per verification."""
@@ -118,7 +128,17 @@ class ClusterView:
         results: dict[str, StepResult] = {}
         try:
             node = self.node(settings, name)
+            registrar = registrar_on(self.foreign(settings), name) if desired else None
+            kept = registrar is not None and node.labels.get(PLUGIN_LABEL) != "true"
+            if kept:  # NVIDIA's plugin serves the node and gpunode rightly left it alone: its labels only
+                desired = {key: value for key, value in desired.items() if key != PLUGIN_LABEL}
             results["labels"] = verdict(host, "labels", labels.diagnose(node, desired))
+            if registrar is not None and kept:
+                results["device_plugin"] = StepResult(
+                    host, "device_plugin", "skip",
+                    f"not checked: node {name} is served by NVIDIA's device plugin {registrar.reference} (pod "
+                    f"{registrar.pods[name]}), not gpunode's: 'gpunode migrate INVENTORY --limit {host}' moves it")
+                return results
             if not desired:
                 results["device_plugin"] = StepResult(host, "device_plugin", "skip", "no working GPU on this host")
                 return results
@@ -130,6 +150,9 @@ class ClusterView:
             offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
             findings = device_plugin.diagnose(self.rollout(settings, namespace),
                                               self.plugin_pod(settings, namespace, name), node, offer, namespace)
+            if registrar is not None:
+                findings = [device_plugin.two_registrars(name, registrar.reference, registrar.pods[name], namespace),
+                            *findings]
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
             # the API could not be read (down, credentials, RBAC): every host says so; doctor names it once
