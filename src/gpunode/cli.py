@@ -154,6 +154,36 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
 
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+@click.option("--dry", is_flag=True, help="Say what would be done per node; change nothing.")
+def migrate(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], dry: bool) -> None:
+    """Move nodes from NVIDIA's device plugin to gpunode's, one node at a time, no running GPU pod disturbed.
+
+    For each host in inventory order: NVIDIA's plugin leaves the node (the GPU Operator's own node switch, or
+    a node affinity added once to NVIDIA's DaemonSet), the node gets gpunode.io/device-plugin=true and
+    gpunode's plugin; then proven: NVIDIA's pod gone, gpunode's ready, allocatable nvidia.com/gpu as before,
+    every running GPU pod the same pod with the same restarts. Stops at the first node that fails. Run
+    'gpunode deploy' first (it leaves NVIDIA's nodes alone); RBAC: 'gpunode render INVENTORY --rbac
+    --migrate-from NAMESPACE/NAME'. Back for one node: remove its label gpunode.io/device-plugin.
+
+    \b
+    Examples:
+      gpunode migrate inventories/prod.py --limit gpu-a100-01 --dry
+      gpunode migrate inventories/prod.py --limit a100_nodes
+    """
+    from gpunode.migrate import migrate as run_migrate
+    from gpunode.verify.targets import parse_data
+
+    code, moves = run_migrate(inventory, list(limit) or None, parse_data(list(data)), dry, click.echo)
+    click.echo("")
+    for moved in moves:
+        click.echo(f"{moved.host:<20} {moved.node:<20} {moved.outcome}")
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 @click.option("--rbac", is_flag=True, help="Print instead the RBAC objects gpunode itself needs (least privilege).")
 @click.option("--subject", default="User:gpunode", show_default=True, metavar="KIND:NAME",
