@@ -155,6 +155,44 @@ def deploy(inventory: str, steps: tuple[str, ...], limit: tuple[str, ...], dry: 
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
+@click.option("--packages", is_flag=True, help="Also remove the four toolkit packages (apt purge / dnf remove).")
+@click.option("--dry", is_flag=True, help="Show what would be undone; change nothing (exit 2 if anything would).")
+@click.option("--report", "report_path", default="reports/gpunode-undo-report.json", show_default=True,
+              help="Where to write the JSON report.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+def undo(inventory: str, limit: tuple[str, ...], packages: bool, dry: bool, report_path: str,
+         data: tuple[str, ...]) -> None:
+    """Undo what gpunode did: per host and on the cluster, from gpunode's own records. Idempotent.
+
+    Deletes gpunode's cluster objects (the plugin's DaemonSet, ConfigMap, ServiceAccount, the nvidia
+    RuntimeClass; not the namespace), removes only the node labels gpunode's field manager owns, releases the
+    toolkit holds (and with --packages removes the packages), and puts back every file gpunode changed as its
+    earliest backup in /var/backups/gpunode has it (removing the ones it added), restarting a runtime whose
+    config came back. Exit codes as deploy: 0 done, 1 a host failed, 2 (--dry) something to undo.
+
+    \b
+    Examples:
+      gpunode undo inventories/prod.py --limit gpu-a100-01 --dry
+      gpunode undo inventories/prod.py --packages
+    """
+    from gpunode.deploy import run_deploy, undo_file
+
+    code, report = run_deploy(inventory, [], list(limit), dry, report_path, list(data), deploy_text=undo_file(packages))
+    verb = "would undo" if dry else "undid"
+    for host, result in report.items():
+        state = "FAILED" if result["failed"] else (verb if result["changed"] else "nothing to undo")
+        click.echo(f"{host:<20} {state}")
+        for name in result["changed"]:
+            click.echo(f"    {verb}: {name}")
+        for name in result["failed"]:
+            click.echo(f"    failed: {name}")
+    click.echo(f"report: {report_path}")
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("inventory", type=click.Path(dir_okay=False))
+@click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 @click.option("--dry", is_flag=True, help="Say what would be done per node; change nothing.")
 def migrate(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], dry: bool) -> None:

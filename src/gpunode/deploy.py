@@ -81,13 +81,13 @@ def rolling_batches(hosts: list[str], data: dict) -> list[list[str]]:
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]
 
 
-def run_pyinfra(pyinfra_bin: str, inventory: str, steps: list[str], limit: list[str], dry: bool,
+def run_pyinfra(pyinfra_bin: str, inventory: str, deploy_text: str, limit: list[str], dry: bool,
                 data: list[str]) -> tuple[int, dict, list[dict]]:
     """pyinfra's exit code, its JSON, and (dry runs) the hosts' planned failures: what it could not plan."""
     with tempfile.TemporaryDirectory(prefix="gpunode-deploy-") as tmp:
         deploy = Path(tmp) / "gpunode_deploy.py"
         notes = Path(tmp) / "planned-failures.jsonl"
-        deploy.write_text(deploy_file(steps))
+        deploy.write_text(deploy_text)
         argv = [pyinfra_bin, "--json", "--dry" if dry else "-y"]
         for pattern in limit:
             argv += ["--limit", pattern]
@@ -107,13 +107,16 @@ def run_pyinfra(pyinfra_bin: str, inventory: str, steps: list[str], limit: list[
 
 
 def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, report_path: str | None,
-               data: list[str] | None = None, pyinfra: str | None = None) -> tuple[int, dict]:
+               data: list[str] | None = None, pyinfra: str | None = None, deploy_text: str | None = None,
+               ) -> tuple[int, dict]:
     """Run the deploy; exit code 0 ok (in sync, for a dry run), 1 a host failed (or, dry, could not be planned:
     SSH, the API, RBAC, a step that would fail), 2 drift in a dry run.
 
     With ``max_unavailable`` in the inventory data, hosts go in batches of that size and
-    the roll stops at the first batch with a failed host; later hosts are left untouched.
+    the roll stops at the first batch with a failed host; later hosts are left untouched. ``deploy_text``
+    replaces the steps' deploy file (``gpunode undo`` runs its own).
     """
+    text = deploy_text or deploy_file(steps)
     targets = load_inventory(inventory, limit or None, parse_data(data or []))
     problems = check_data({t.name: t.data for t in targets})
     if problems:  # before any connection: a typo or a bad value stops the deploy, not one host's step
@@ -126,7 +129,7 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
     report: dict[str, dict] = {}
     code = 0
     for number, batch in enumerate(batches):
-        returncode, payload, planned_failures = run_pyinfra(pyinfra_bin, inventory, steps,
+        returncode, payload, planned_failures = run_pyinfra(pyinfra_bin, inventory, text,
                                                             limit if len(batches) == 1 else batch, dry, data or [])
         if payload:
             part = summarise(payload, batch, dry)
@@ -154,3 +157,9 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
     if dry and any(r["changed"] for r in report.values()):
         return 2, report
     return 0, report
+
+
+def undo_file(packages: bool) -> str:
+    """The text of the pyinfra deploy file of ``gpunode undo``."""
+    return "\n".join(['"""Written by gpunode undo."""', "from gpunode.steps.undo import undo_node",
+                      f"undo_node(packages={packages!r})"]) + "\n"

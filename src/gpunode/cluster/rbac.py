@@ -5,9 +5,9 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
 * cluster-wide (a ClusterRole): nodes (read, list, label, cordon), pods (read, list: doctor ``--pod`` and the
   reboot's drain look in every namespace), evictions (the drain), pod logs and events (doctor ``--pod`` reads the
   pod's own output and events, doctor the plugin pods'), the plugin's namespace and the ``nvidia`` RuntimeClass by
-  name (read and apply), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
-* in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies, and the
-  plugin's pods (delete: a plugin restart).
+  name (read, apply and delete), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
+* in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies (and deletes:
+  ``gpunode undo``), and the plugin's pods (delete: a plugin restart).
 
 ``gpunode migrate`` alone needs more, and only for the DaemonSets it moves nodes from: read and patch NVIDIA's
 device-plugin DaemonSet, by name, in its namespace (``--rbac --migrate-from NAMESPACE/NAME``).
@@ -56,7 +56,7 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("", "pods/log", ("get",)),
         Rule("", "events", ("list",)),
         Rule("", "namespaces", ("get", "patch"), (namespace,)),
-        Rule("node.k8s.io", "runtimeclasses", ("get", "create", "patch"), (RUNTIME_CLASS,)),
+        Rule("node.k8s.io", "runtimeclasses", ("get", "create", "patch", "delete"), (RUNTIME_CLASS,)),
         Rule("apps", "daemonsets", ("list",)),  # NVIDIA's device plugin or GFD already on the nodes? (coexistence)
     ]
 
@@ -69,9 +69,9 @@ def migration_rules() -> list[Rule]:
 
 def namespace_rules() -> list[Rule]:
     return [
-        Rule("", "serviceaccounts", ("get", "create", "patch")),
-        Rule("", "configmaps", ("get", "create", "patch")),
-        Rule("apps", "daemonsets", ("get", "create", "patch")),
+        Rule("", "serviceaccounts", ("get", "create", "patch", "delete")),  # delete: gpunode undo
+        Rule("", "configmaps", ("get", "create", "patch", "delete")),
+        Rule("apps", "daemonsets", ("get", "create", "patch", "delete")),
         Rule("", "pods", ("delete",)),
     ]
 

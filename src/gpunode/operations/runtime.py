@@ -21,10 +21,10 @@ from gpunode.diagnosis.runtime import chosen_runtime, diagnose
 from gpunode.errors import GpunodeError
 from gpunode.facts.runtime import CONTAINERD_CONFIG, CONTAINERD_DROPIN_DIR, DOCKER_CONFIG, RuntimeConfig
 from gpunode.operations import control_command, failing_command, step_fact
+from gpunode.operations.backup import backup_command, backup_dir, restore_command
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import NodeSettings
 
-BACKUP_ROOT = "/var/backups/gpunode"
 DROPIN = f"{CONTAINERD_DROPIN_DIR}/99-nvidia.toml"
 # containerd must answer AND load its CRI plugin (a config can start containerd yet break CRI)
 READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\"{n++; if ($4!=\"ok\") bad=1}"
@@ -35,28 +35,6 @@ READY_CHECK = {"containerd": "ctr version && ctr plugins ls | awk '$2==\"cri\"{n
 # admin's to decide
 BLOCKING = ("config-invalid", "config-rejected", "dump-unreadable", "no-runtime", "cdi-unsupported", "cri-disabled",
             "cri-plugin-missing", "nvidia-options-differ", "docker-cli-missing")
-
-
-def backup_dir(stamp: str) -> str:
-    return f"{BACKUP_ROOT}/{stamp}"
-
-
-def backup_command(paths: list[str], stamp: str) -> str:
-    """Shell that keeps a copy of each file (or notes that it was absent) once per run."""
-    target = backup_dir(stamp)
-    lines = [f"mkdir -p {target}"]
-    for path in paths:
-        saved, absent = f"{target}{path}", f"{target}{path}.absent"
-        lines.append(f"if [ ! -e {saved} ] && [ ! -e {absent} ]; then mkdir -p $(dirname {saved});"
-                     f" if [ -e {path} ]; then cp -a {path} {saved}; else : > {absent}; fi; fi")
-    return "\n".join(lines)
-
-
-def restore_command(stamp: str) -> str:
-    """Shell that puts back every file backed up in this run (and removes those that were absent)."""
-    target = backup_dir(stamp)
-    return (f"find {target} -type f | while read -r saved; do path=${{saved#{target}}};"
-            " case \"$path\" in *.absent) rm -f \"${path%.absent}\";; *) cp -a \"$saved\" \"$path\";; esac; done")
 
 
 def with_systemd_cgroup(default_config: str, systemd_cgroup: bool) -> str | None:

@@ -10,6 +10,7 @@ from pyinfra.api import operation
 from gpunode.diagnosis.toolkit_repo import list_line, repo_file, rpm_key_id, unknown_family
 from gpunode.facts.toolkit_repo import ToolkitRepoState
 from gpunode.operations import failing_command, step_fact
+from gpunode.operations.backup import backup_command
 from gpunode.operations.driver import NO_GPU, gpu_present
 from gpunode.settings import KEYRING_PATH, LIST_PATH, REPO_FILE_PATH, REPO_ID, RPM_KEY_PATH, NodeSettings
 
@@ -36,7 +37,7 @@ def fetch_key_command(url: str, fingerprint: str, keyring: str, dearmor: bool = 
 
 
 @operation()
-def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: str = LIST_PATH):
+def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: str = LIST_PATH, stamp: str = ""):
     """
     Make NVIDIA's Container Toolkit repository an apt source: the key (fingerprint
     checked before it is trusted) as a dearmored keyring, the exact ``signed-by``
@@ -46,23 +47,28 @@ def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: s
     + settings: the host's gpunode settings (repository URL, key URL, fingerprint)
     + keyring: where the dearmored key goes
     + list_path: the apt list file
+    + stamp: this run's backup folder (each file is kept there before it changes; ``gpunode undo`` reads them)
     """
     if not gpu_present(host):
         host.noop(NO_GPU)
         return
     state = step_fact(host, "toolkit_repo", ToolkitRepoState, keyring=keyring, list_path=list_path)
     if state["family"] == "rpm":
-        yield from configured_for_dnf(state, settings)
+        yield from configured_for_dnf(state, settings, stamp)
         return
     if state["family"] != "deb":
         yield failing_command(str(unknown_family(state)[0]))
         return
+    want = list_line(settings, keyring)
+    key_wrong = state["keyring_fingerprints"] != [settings.toolkit_key_fingerprint]
+    list_wrong = (state["list"] or []) != [want]
+    if stamp and (key_wrong or list_wrong or state["stale_lists"]):
+        yield backup_command([keyring, list_path, *state["stale_lists"]], stamp)
     changed = False
-    if state["keyring_fingerprints"] != [settings.toolkit_key_fingerprint]:
+    if key_wrong:
         yield fetch_key_command(settings.toolkit_key_url, settings.toolkit_key_fingerprint, keyring)
         changed = True
-    want = list_line(settings, keyring)
-    if (state["list"] or []) != [want]:
+    if list_wrong:
         yield f"printf '%s\\n' {shlex.quote(want)} > {shlex.quote(list_path)}.gpunode-new" \
               f" && chmod 0644 {shlex.quote(list_path)}.gpunode-new" \
               f" && mv {shlex.quote(list_path)}.gpunode-new {shlex.quote(list_path)}"
@@ -77,10 +83,15 @@ def configured(settings: NodeSettings, keyring: str = KEYRING_PATH, list_path: s
            " -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0")
 
 
-def configured_for_dnf(state: dict, settings: NodeSettings):
+def configured_for_dnf(state: dict, settings: NodeSettings, stamp: str = ""):
     """The dnf side of :func:`configured`: the key file (fingerprint checked), rpm's trust in it, the ``.repo``
     file, stale NVIDIA repository files removed, and dnf's metadata of this repository only when something changed."""
     q = shlex.quote
+    want = repo_file(settings)
+    lines = [line.strip() for line in state["repo_file"] or [] if line.strip() and not line.startswith("#")]
+    if stamp and (state["rpm_key_fingerprints"] != [settings.toolkit_key_fingerprint] or lines != want
+                  or state["stale_repos"]):
+        yield backup_command([RPM_KEY_PATH, REPO_FILE_PATH, *state["stale_repos"]], stamp)
     changed = False
     if state["rpm_key_fingerprints"] != [settings.toolkit_key_fingerprint]:
         yield fetch_key_command(settings.toolkit_key_url, settings.toolkit_key_fingerprint, RPM_KEY_PATH,
@@ -89,8 +100,6 @@ def configured_for_dnf(state: dict, settings: NodeSettings):
     if changed or rpm_key_id(settings.toolkit_key_fingerprint) not in state["rpm_trusted_keys"]:
         yield f"rpm --import {q(RPM_KEY_PATH)}"  # only the file just checked (or found) with the pinned fingerprint
         changed = True
-    want = repo_file(settings)
-    lines = [line.strip() for line in state["repo_file"] or [] if line.strip() and not line.startswith("#")]
     if lines != want:
         text = "\n".join(want) + "\n"
         yield f"printf '%s' {q(text)} > {q(REPO_FILE_PATH)}.gpunode-new && chmod 0644 {q(REPO_FILE_PATH)}.gpunode-new" \

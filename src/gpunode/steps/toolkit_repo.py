@@ -7,9 +7,10 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.operations import toolkit_repo
 from gpunode.settings import NodeSettings
+from gpunode.steps.runtime import RUN_STAMP
 
 
 @deploy("Toolkit repository")
 def toolkit_repository() -> None:
     toolkit_repo.configured(name="Configure the NVIDIA Container Toolkit apt repository",
-                            settings=NodeSettings.from_data(host.data))
+                            settings=NodeSettings.from_data(host.data), stamp=RUN_STAMP)
