@@ -41,6 +41,21 @@ TOOLKIT = ("nvidia-container-toolkit", "nvidia-container-toolkit-base", "libnvid
 PINS = sorted({pin for _, pin, _ in NODES.values()})
 
 
+# what gpunode may change on a node, as bytes: its config files, the toolkit's repository files, the packages
+# and their holds (``gpunode undo --packages`` must leave every one as it was before the first deploy)
+SNAPSHOT = "; ".join([
+    "for f in /etc/containerd/config.toml /etc/docker/daemon.json /etc/nvidia-container-runtime/config.toml"
+    " /usr/share/keyrings/nvidia-container-toolkit-keyring.gpg /etc/apt/sources.list.d/nvidia-container-toolkit.list"
+    " /etc/yum.repos.d/nvidia-container-toolkit.repo /etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
+    " /etc/dnf/plugins/versionlock.list; do if [ -e $f ]; then sha256sum $f; else echo absent $f; fi; done",
+    "find /etc/containerd /etc/docker /etc/apt/sources.list.d /etc/yum.repos.d /etc/nvidia-container-runtime"
+    " /etc/cdi /var/run/cdi -type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum",
+    "(dpkg-query -W -f='${Status} ${Package}\\n' 2>/dev/null | grep '^install ok installed' | grep -i nvidia) || true",
+    "(rpm -qa 2>/dev/null | grep -i nvidia | sort) || true",
+    "(apt-mark showhold 2>/dev/null) || true",
+])
+
+
 def pinned(pin: str) -> list[str]:
     """The command-line arguments that address the nodes at ``pin`` with that pin."""
     limits = [arg for node, (_, at, _) in NODES.items() if at == pin for arg in ("--limit", node)]
@@ -55,6 +70,7 @@ def mixed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     env = {**sim_env, "GPUNODE_SIM_DIR": str(folder / "sim"), "GPUNODE_SIM_NET": block(sim_env, 3)}
     info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
     info["env"] = env
+    info["before_deploy"] = {node: ssh_ok(info, node, SNAPSHOT) for node in NODES}  # for gpunode undo's test
     try:
         yield info
     finally:
@@ -243,3 +259,32 @@ def test_a_driver_upgrade_reboots_and_rejoins_every_generation(mixed: dict) -> N
                          "--", "nvidia-smi", "-L", env=mixed["env"], check=False, timeout=180)
         assert result.returncode == 0 and "GPU 0: NVIDIA " in result.stdout, (node, result.stdout)
         assert ssh(mixed, node, "nvidia-smi --query-gpu=driver_version --format=csv,noheader").split()[0] == NEW_DRIVER
+
+
+def test_undo_leaves_every_node_as_it_was_before_the_first_deploy(mixed: dict, tmp_path: Path) -> None:
+    """deploy (above, and upgrades), then undo --packages: every node's files byte-identical to the snapshot
+    taken before the first deploy; only gpunode's labels and objects gone; a second undo changes nothing."""
+    env = mixed["env"]
+    gpunode("sim", "kubectl", "label", "node", "node01", "team=ml", env=env)  # another manager's label
+    dry = gpunode("undo", INVENTORY, "--packages", "--dry", "--report", str(tmp_path / "dry.json"), env=env,
+                  check=False)
+    assert dry.returncode == 2, dry.stdout[-3000:] + dry.stderr[-3000:]
+    result = gpunode("undo", INVENTORY, "--packages", "--report", str(tmp_path / "undo.json"), env=env,
+                     check=False, timeout=1200)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    after = {node: ssh_ok(mixed, node, SNAPSHOT) for node in NODES}
+    for node in NODES:
+        assert after[node] == mixed["before_deploy"][node], node
+    nodes = {item["metadata"]["name"]: item["metadata"]["labels"] for item in json.loads(gpunode(
+        "sim", "kubectl", "get", "nodes", "-o", "json", env=env).stdout)["items"]}
+    assert nodes["node01"]["team"] == "ml" and nodes["node01"]["kubernetes.io/hostname"] == "node01"
+    assert not [key for labels in nodes.values() for key in labels
+                if key.startswith(("nvidia.com/", "gpunode.io/")) or key == "accelerator"], nodes
+    leftovers = gpunode("sim", "kubectl", "get", "daemonsets,configmaps,serviceaccounts", "-n", "gpunode-system",
+                        "-o", "name", env=env).stdout
+    assert "gpunode-device-plugin" not in leftovers, leftovers
+    assert "NotFound" in gpunode("sim", "kubectl", "get", "runtimeclass", "nvidia", env=env, check=False).stderr
+    again = gpunode("undo", INVENTORY, "--packages", "--report", str(tmp_path / "again.json"), env=env, check=False)
+    assert again.returncode == 0, again.stdout[-3000:]
+    report = json.loads((tmp_path / "again.json").read_text())["hosts"]
+    assert {node: r["changed"] for node, r in report.items()} == {node: [] for node in report}
