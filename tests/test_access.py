@@ -103,6 +103,41 @@ def test_a_sudo_password_from_the_inventory_is_used_and_a_missing_one_is_named(
     assert "correct _sudo_password" in problem["fix"]
 
 
+def check(fleet: dict, *args: str) -> tuple[int, dict[tuple[str, str], dict]]:
+    result = gpunode("check", INVENTORY, "--json", *args, env=fleet["env"], check=False)
+    found = json.loads(result.stdout)
+    return result.returncode, {(c["subject"], c["name"]): c for c in found["checks"]}
+
+
+def test_the_preflight_is_ready_on_the_fleet_and_names_the_sudo_password_it_lacks(
+        fleet: dict, sudo_policy: Callable[[str], None]) -> None:
+    code, checks = check(fleet)
+    assert code == 0, [c for c in checks.values() if c["state"] != "ok"]
+    for node in ("node01", "node02", "node03"):
+        assert {name for subject, name in checks if subject == node} == {
+            "ssh", "sudo", "os", "container runtime", "toolkit repository"}, node
+    assert checks[("node02", "container runtime")]["detail"].startswith("container_runtime = docker: ")
+    assert "/InRelease" in checks[("node01", "toolkit repository")]["detail"]
+    permissions = next(c for (subject, name), c in checks.items() if name == "permissions")
+    assert permissions["state"] == "ok" and "SelfSubjectAccessReview" in permissions["detail"]
+    sudo_policy(ASKS_PASSWORD)
+    code, checks = check(fleet)
+    assert code == 1
+    assert checks[(NODE, "sudo")]["state"] == "problem"
+    assert "a password is required" in checks[(NODE, "sudo")]["detail"]
+    assert "_sudo_password" in checks[(NODE, "sudo")]["fix"]
+    assert checks[("node01", "sudo")]["state"] == "ok"  # one host's surprise is that host's alone
+    code, checks = check(fleet, "--limit", NODE, "--data", f"_sudo_password={SIM_USER_PASSWORD}")
+    assert code == 0, [c for c in checks.values() if c["state"] != "ok"]
+
+
+def test_the_preflight_names_each_permission_the_identity_lacks(fleet: dict, without_node_patch: None) -> None:
+    code, checks = check(fleet, "--limit", "node01")
+    permissions = next(c for (subject, name), c in checks.items() if name == "permissions")
+    assert code == 1 and permissions["state"] == "problem"
+    assert permissions["detail"].startswith("1 of ") and "denied: patch nodes" in permissions["detail"], permissions
+
+
 def test_sudo_refused_is_its_own_finding_never_a_runtime_one(fleet: dict, sudo_policy: Callable[[str], None]) -> None:
     sudo_policy(ONLY_NVIDIA_SMI)  # with the password given: sudo authenticates the user, then refuses the command
     password = f"_sudo_password={SIM_USER_PASSWORD}"
