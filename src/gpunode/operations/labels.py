@@ -28,7 +28,6 @@ from gpunode.operations.reboot import fresh_driver_state
 
 _relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
 _labelled_driver: WeakKeyDictionary[Host, str | None] = WeakKeyDictionary()
-_kept_by: WeakKeyDictionary[Host, ForeignDaemonSet] = WeakKeyDictionary()  # NVIDIA's plugin serves the node
 # NVIDIA's DaemonSets as this run first listed them, per cluster (one list per run)
 _foreign: WeakKeyDictionary[State, dict[tuple[str, str], list[ForeignDaemonSet]]] = WeakKeyDictionary()
 
@@ -58,9 +57,13 @@ def foreign_of_run(settings: ClusterSettings) -> list[ForeignDaemonSet]:
     return per_cluster[key]
 
 
-def kept_by(target: Host) -> ForeignDaemonSet | None:
-    """NVIDIA's device plugin, when it serves the host's node and this run left it there (no second registrar)."""
-    return _kept_by.get(target)
+def nvidia_serves(settings: ClusterSettings, node_name: str) -> ForeignDaemonSet | None:
+    """NVIDIA's device plugin DaemonSet when its pod serves the node and gpunode's does not (the node, as this run
+    first read it, lacks ``gpunode.io/device-plugin=true``): gpunode then leaves the node to it. Read from the
+    run's one list of DaemonSets, and only for nodes without gpunode's label."""
+    if node_of_run(settings, node_name).labels.get(PLUGIN_LABEL) == "true":
+        return None
+    return registrar_on(foreign_of_run(settings), node_name)
 
 
 def labelled_driver(target: Host) -> str | None:
@@ -86,6 +89,8 @@ def apply_fresh_labels(target: Host, settings: ClusterSettings, node: str, label
         raise GpunodeError(f"no driver facts after the reboot of {node}", "re-run the deploy")
     computed = gpu_labels(state["nvidia_smi"]["gpus"], label_settings)
     current = read_node(settings, node)
+    if current.labels.get(PLUGIN_LABEL) != "true" and registrar_on(read_foreign(settings), node) is not None:
+        computed.labels.pop(PLUGIN_LABEL, None)  # NVIDIA's plugin serves it: no second registrar after a reboot
     _labelled_driver[target] = driver_version_of(current.labels)
     wanted, _ = plan(current, computed.labels)
     if not up_to_date(current, wanted):
@@ -115,14 +120,13 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
         yield failing_command(str(error))
         return
     _labelled_driver[host] = driver_version_of(node.labels)
-    if labels.get(PLUGIN_LABEL) and node.labels.get(PLUGIN_LABEL) != "true":
+    if labels.get(PLUGIN_LABEL):
         try:
-            registrar = registrar_on(foreign_of_run(settings), node_name)
+            registrar = nvidia_serves(settings, node_name)
         except GpunodeError as error:
             yield failing_command(str(error))
             return
         if registrar is not None:  # never a second nvidia.com/gpu registrar on one node
-            _kept_by[host] = registrar
             labels = {key: value for key, value in labels.items() if key != PLUGIN_LABEL}
             host.log_styled(
                 f"warning: node {node_name}: NVIDIA's device plugin {registrar.reference} (pod "

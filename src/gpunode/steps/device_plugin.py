@@ -7,9 +7,10 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.manifests import ManifestSettings, manifest_documents
+from gpunode.errors import GpunodeError
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
-from gpunode.operations.labels import kept_by
+from gpunode.operations.labels import nvidia_serves
 from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
 
@@ -31,7 +32,10 @@ def device_plugin_rollout() -> None:
     if not gpus and not NodeSettings.from_data(host.data).reboot_on_mismatch:
         return
     name = node_name(settings)
-    registrar = kept_by(host)
+    try:
+        registrar = nvidia_serves(settings, name)
+    except GpunodeError:
+        registrar = None  # the API did not answer: the operations below fail the host with its words
     if registrar is not None:
         host.noop(f"node {name} is served by NVIDIA's device plugin {registrar.reference}: gpunode's plugin is "
                   "not placed there ('gpunode migrate' moves the node)")
