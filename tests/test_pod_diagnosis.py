@@ -98,3 +98,51 @@ def test_whether_the_container_saw_its_gpus_is_not_checked_without_its_output() 
 
 def test_finished_pods_hold_no_gpus() -> None:
     assert holders(RUNNING) == {"n1": ["ml/trainer (2)"]}
+
+
+# the 1.37 scheduler's words (pkg/scheduler/framework/plugins/tainttoleration: "node(s) had untolerated taint(s)")
+TAINTED = ("0/3 nodes are available: 2 node(s) had untolerated taint(s), 1 Insufficient nvidia.com/gpu. preemption: "
+           "0/3 nodes are available: 3 Preemption is not helpful for scheduling.")
+DEDICATED = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+
+
+def tainted_nodes() -> list[NodeView]:
+    return [NodeView("n1", {"accelerator": "nvidia-a100"}, 4, taints=(DEDICATED,)),
+            NodeView("n2", {"accelerator": "nvidia-v100"}, 2, taints=(DEDICATED,)), NodeView("cpu", {}, 0)]
+
+
+def test_every_part_of_the_scheduler_s_message_is_read() -> None:
+    from gpunode.diagnosis.pods import scheduling_reasons
+
+    assert scheduling_reasons(TAINTED) == [(2, "node(s) had untolerated taint(s)"), (1, "Insufficient nvidia.com/gpu")]
+    assert scheduling_reasons(NO_MATCH) == [(3, "node(s) didn't match Pod's node affinity/selector")]
+    assert scheduling_reasons("something else") == []
+
+
+def test_tainted_gpu_nodes_lead_and_the_toleration_is_named() -> None:
+    view = pod(phase="Pending", spec={**GPU_SPEC, "nodeName": None}, events=[("FailedScheduling", TAINTED)])
+    findings = diagnose(view, tainted_nodes(), [])
+    assert [f.code for f in findings] == ["untolerated-taint"]
+    assert "all of the GPU nodes it could use carry a taint it does not tolerate (n1, n2)" in findings[0].what
+    assert "n1: taints dedicated=ml:NoSchedule, not tolerated by the pod" in findings[0].evidence
+    assert "scheduler: 1 Insufficient nvidia.com/gpu" in findings[0].evidence
+    assert findings[0].fix.startswith("add the toleration {key: dedicated, operator: Equal, value: ml, effect: "
+                                      "NoSchedule} to the pod spec")
+
+
+@pytest.mark.parametrize("toleration", [
+    {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+    {"key": "dedicated", "operator": "Exists"},
+    {"operator": "Exists"},
+])
+def test_a_tolerated_taint_is_not_blamed(toleration: dict) -> None:
+    spec = {**GPU_SPEC, "nodeName": None, "tolerations": [toleration]}
+    view = pod(phase="Pending", spec=spec, events=[("FailedScheduling", INSUFFICIENT)])
+    assert [f.code for f in diagnose(view, tainted_nodes(), [])] == ["insufficient-gpus"]
+
+
+def test_a_toleration_for_another_value_does_not_count() -> None:
+    spec = {**GPU_SPEC, "nodeName": None,
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}]}
+    view = pod(phase="Pending", spec=spec, events=[("FailedScheduling", TAINTED)])
+    assert [f.code for f in diagnose(view, tainted_nodes(), [])] == ["untolerated-taint"]

@@ -18,7 +18,7 @@ import pytest
 import tomlkit
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
 from .conftest import CONTAINERD_DEFAULT, block, gpunode
@@ -271,6 +271,28 @@ def test_a_cordoned_gpu_node_and_the_pods_it_keeps_pending(fleet: dict) -> None:
                                       "metadata": {"annotations": {"gpunode.io/cordon-reason": None}}},
                      field_manager="gpunode")
         client.delete(Pod, "on-v100", namespace="default", grace_period=0)
+    wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_tainted_gpu_nodes_are_named_before_the_gpu_count(fleet: dict) -> None:
+    """Before: "no node has that many free (most free: 8)", the taint in the event it quoted ignored."""
+    client = api(fleet)
+    for node in ("node01", "node02"):
+        client.patch(Node, node, {"spec": {"taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}},
+                     field_manager="kubectl")
+    try:
+        run_pod(fleet, "untolerated", "--timeout", "3")
+        wait_for(lambda: any(e.reason == "FailedScheduling" for e in client.list(
+            Event, namespace="default", fields={"involvedObject.name": "untolerated"})), 30)
+        code, report = doctor(fleet, "--pod", "default/untolerated")
+        found = problem(report, "pod default/untolerated")
+        assert (code, found["code"]) == (1, "untolerated-taint"), found
+        assert "node01: taints dedicated=ml:NoSchedule, not tolerated by the pod" in found["evidence"], found
+        assert "{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}" in found["fix"]
+    finally:
+        for node in ("node01", "node02"):
+            client.patch(Node, node, {"spec": {"taints": None}}, field_manager="kubectl")
+        client.delete(Pod, "untolerated", namespace="default", grace_period=0)
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 

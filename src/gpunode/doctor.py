@@ -211,7 +211,8 @@ def pod_findings(reference: str, settings: ClusterSettings, verification: Verifi
                                 int((n.status.allocatable or {}).get(pods.GPU, "0")),
                                 nvidia_default_of(n.metadata.name, verification),
                                 bool(n.spec and n.spec.unschedulable),
-                                (n.metadata.annotations or {}).get(CORDON_REASON, "")) for n in nodes]
+                                (n.metadata.annotations or {}).get(CORDON_REASON, ""),
+                                tuple(t.to_dict() for t in (n.spec.taints or [] if n.spec else []))) for n in nodes]
     return pods.diagnose(view, node_views, everyone)
 
 

@@ -71,6 +71,63 @@ class NodeView:
     nvidia_default: bool | None = None  # from the node's runtime facts; None when unknown
     unschedulable: bool = False
     cordon_reason: str = ""
+    taints: tuple[dict, ...] = ()  # spec.taints: {"key", "value", "effect"}
+
+
+def scheduling_reasons(message: str) -> list[tuple[int, str]]:
+    """Each part of the scheduler's FailedScheduling message as (node count, reason), in its order.
+
+    ``0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) had untolerated taint {dedicated: ml}.
+    preemption: ...`` gives ``[(1, "Insufficient nvidia.com/gpu"), (2, "node(s) had untolerated taint
+    {dedicated: ml}")]``.
+    """
+    head = message.split(" preemption:", 1)[0]
+    _, sep, reasons = head.partition("nodes are available: ")
+    if not sep:
+        return []
+    parts = re.split(r", (?=\d+ )", reasons.strip().rstrip("."))
+    found = []
+    for part in parts:
+        count, _, reason = part.partition(" ")
+        if count.isdigit() and reason:
+            found.append((int(count), reason.strip()))
+    return found
+
+
+def tolerates(tolerations: list[dict], taint: dict) -> bool:
+    """Whether one of the pod's tolerations matches the taint (Kubernetes' rule: key, operator, value, effect)."""
+    for toleration in tolerations:
+        operator = toleration.get("operator") or "Equal"
+        key = toleration.get("key") or ""
+        if key and key != taint.get("key"):
+            continue
+        if not key and operator != "Exists":
+            continue
+        if operator == "Equal" and (toleration.get("value") or "") != (taint.get("value") or ""):
+            continue
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        return True
+    return False
+
+
+def untolerated(node: NodeView, spec: dict) -> list[dict]:
+    """The node's scheduling taints (NoSchedule, NoExecute) the pod does not tolerate."""
+    tolerations = spec.get("tolerations") or []
+    return [t for t in node.taints if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)]
+
+
+def taint_text(taint: dict) -> str:
+    """A taint as kubectl prints it: ``key=value:Effect`` (``key:Effect`` without a value)."""
+    return f"{taint.get('key')}{'=' + taint['value'] if taint.get('value') else ''}:{taint.get('effect')}"
+
+
+def toleration_for(taint: dict) -> str:
+    """The toleration that lets a pod onto a node with ``taint``, in the pod spec's own words."""
+    if taint.get("value"):
+        return (f"{{key: {taint.get('key')}, operator: Equal, value: {taint['value']}, "
+                f"effect: {taint.get('effect')}}}")
+    return f"{{key: {taint.get('key')}, operator: Exists, effect: {taint.get('effect')}}}"
 
 
 def gpu_request(spec: dict) -> int:
@@ -115,6 +172,20 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                                         for n in cordoned],
                             "kubectl uncordon the node once its reason is dealt with, or re-run the deploy's roll "
                             "(it uncordons a node when the node checks out)", code="nodes-cordoned")]
+        reasons = scheduling_reasons(message)
+        tainted = {n.name: untolerated(n, pod.spec) for n in matching or gpu_nodes}
+        tainted = {name: taints for name, taints in tainted.items() if taints}
+        if tainted and any("untolerated taint" in reason for _, reason in reasons):
+            name, taints = sorted(tainted.items())[0]
+            blocked = "all" if len(tainted) == len(matching or gpu_nodes) else f"{len(tainted)}"
+            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: {blocked} of the GPU nodes it could use "
+                            f"carry a taint it does not tolerate ({', '.join(sorted(tainted))})",
+                            evidence + [f"{node}: taints {', '.join(map(taint_text, found))}, not tolerated by the pod"
+                                        for node, found in sorted(tainted.items())]
+                            + [f"scheduler: {count} {reason}" for count, reason in reasons],
+                            f"add the toleration {toleration_for(taints[0])} to the pod spec, or remove the taint "
+                            f"(kubectl taint node {name} {taints[0].get('key')}-) if it is not meant for GPU pods",
+                            code="untolerated-taint")]
         if f"Insufficient {GPU}" in message:
             held = holders(pods)
             lines = [f"{n.name}: {n.allocatable_gpus} allocatable, held by "
