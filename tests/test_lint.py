@@ -19,9 +19,20 @@ DATA = Path(__file__).parent / "data" / "lint"
     ({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": 2}}, []),
     ({"requests": {"nvidia.com/gpu": 1}},
      ["spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources"]),
+    # 1.37's validateResourceRequirements reports an unequal request on the requests path itself, with the limit
     ({"requests": {"nvidia.com/gpu": 2}, "limits": {"nvidia.com/gpu": 1}},
-     ['spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "2": must be equal to nvidia.com/gpu '
-      "limit"]),
+     ['spec.containers[0].resources.requests: Invalid value: "2": must be equal to nvidia.com/gpu limit of 1']),
+    # quantities compare as quantities: the API server accepts these
+    ({"limits": {"nvidia.com/gpu": "1.0"}}, []),
+    ({"limits": {"nvidia.com/gpu": "1000m"}, "requests": {"nvidia.com/gpu": 1}}, []),
+    ({"limits": {"nvidia.com/gpu": 0}}, []),
+    ({"limits": {"nvidia.com/gpu": -1}},
+     ['spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "-1": must be greater than or equal to 0',
+      'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "-1": must be greater than or equal to '
+      "0"]),
+    ({"limits": {"nvidia.com/gpu": "1.5"}},
+     ['spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "1500m": must be an integer',
+      'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "1500m": must be an integer']),
     ({"limits": {"nvidia.com/gpu": "500m"}},  # the real API server's words (tests/test_whole_chain.py asks it)
      ['spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value: "500m": must be an integer',
       'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "500m": must be an integer']),
@@ -66,3 +77,45 @@ def test_exit_codes_gate_ci() -> None:
     assert broken.returncode == 2 and "<stdin>:" in broken.stderr and "not valid YAML" in broken.stderr
     missing = lint("/nonexistent/manifests")
     assert missing.returncode == 2 and "no such file or directory" in missing.stderr
+
+
+def test_gpus_of_init_containers_and_typos_are_seen() -> None:
+    text = """apiVersion: v1
+kind: Pod
+metadata: {name: warmup}
+spec:
+  initContainers:
+    - name: prefetch
+      resources: {limits: {nvidia.com/gpu: 1}}
+  containers:
+    - name: main
+      resources: {limits: {nvidia.com/gpus: 8}}
+"""
+    findings = lint_text(text, "pod.yaml")
+    assert [(f.level, f.line) for f in findings] == [("warning", 10), ("error", 5)]
+    assert "asks for nvidia.com/gpus, which no device plugin offers under that name" in findings[0].what
+    assert findings[0].fix == "ask for nvidia.com/gpu"
+    assert "has no runtimeClassName" in findings[1].what  # the init container's GPU counts
+
+
+def test_a_file_that_does_not_parse_is_named_and_the_others_are_still_linted(tmp_path: Path) -> None:
+    (tmp_path / "a-broken.yaml").write_text("kind: Pod\nspec: [unclosed\n")
+    (tmp_path / "b-bad.yaml").write_text((DATA / "bad.yaml").read_text())
+    result = lint(str(tmp_path))
+    assert result.returncode == 2
+    assert "a-broken.yaml:" in result.stderr and "not valid YAML" in result.stderr
+    assert "b-bad.yaml:10:" in result.stdout and "4 finding(s)" in result.stdout
+
+
+def test_json_and_github_formats_and_warnings_pass_unless_strict(tmp_path: Path) -> None:
+    import json
+
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("kind: Pod\nmetadata: {name: p}\nspec:\n  runtimeClassName: nvidia\n  containers:\n"
+                    "    - name: c\n      resources: {limits: {nvidia.com/gpus: 1}}\n")
+    assert lint(str(typo)).returncode == 0
+    assert lint(str(typo), "--strict").returncode == 1
+    found = json.loads(lint(str(typo), "--format", "json").stdout)["findings"]
+    assert [(f["file"], f["line"], f["level"]) for f in found] == [(str(typo), 7, "warning")]
+    github = lint(str(DATA / "bad.yaml"), "--format", "github").stdout.splitlines()
+    assert github[0].startswith(f"::error file={DATA / 'bad.yaml'},line=10::Pod \"trainer\" is invalid")

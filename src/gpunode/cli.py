@@ -330,30 +330,46 @@ def doctor(inventory: str, node: str | None, pod: str | None, limit: tuple[str, 
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--nvidia-default", is_flag=True,
               help="nvidia is the cluster's default runtime (nvidia_runtime_default): runtimeClassName not needed.")
-def lint(targets: tuple[str, ...], nvidia_default: bool) -> None:
+@click.option("--strict", is_flag=True, help="Warnings fail too (exit 1).")
+@click.option("--format", "output_format", type=click.Choice(["text", "json", "github"]), default="text",
+              show_default=True, help="github: workflow annotations on the files' lines.")
+def lint(targets: tuple[str, ...], nvidia_default: bool, strict: bool, output_format: str) -> None:
     """Check GPU resource specs in workload manifests (FILE, DIR or - for stdin) before they reach the cluster.
 
-    Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob (and List) documents: GPU
-    requests without limits, requests unequal to limits, fractional GPUs, and GPU pods without
-    runtimeClassName: nvidia. Prints file:line, the API server's message and the corrected snippet.
-    Exit 0: clean, 1: findings, 2: a file could not be read or parsed.
+    Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job and CronJob (and List) documents, init
+    containers included, as the API server validates them (quantities compared as quantities: 1.0 and 1000m
+    are 1): GPU requests without limits, requests unequal to limits, fractional or negative counts; GPU pods
+    without runtimeClassName: nvidia; and, as warnings, NVIDIA resource names no plugin offers (a typo such as
+    nvidia.com/gpus leaves a pod Pending for ever). Prints file:line, the API server's message and the
+    corrected snippet. A file that does not parse is named and the others are still linted. For Helm charts,
+    lint what they render: helm template CHART | gpunode lint -.
+    Exit 0: no errors (warnings too with --strict), 1: findings, 2: a file could not be read or parsed.
 
     \b
     Examples:
       gpunode lint k8s/
-      helm template charts/trainer | gpunode lint -
+      helm template charts/trainer | gpunode lint - --format github
     """
+    import json
+
     from gpunode.lint import lint_targets
 
-    try:
-        findings = lint_targets(list(targets), nvidia_default)
-    except (OSError, ValueError) as error:
-        click.echo(f"gpunode lint: {error}", err=True)
+    findings, unreadable = lint_targets(list(targets), nvidia_default)
+    errors = [f for f in findings if f.level == "error"]
+    warnings = [f for f in findings if f.level != "error"]
+    if output_format == "json":
+        click.echo(json.dumps({"findings": [f.as_json() for f in findings], "unreadable": unreadable}, indent=2))
+    else:
+        for finding in findings:
+            click.echo(finding.github() if output_format == "github" else str(finding))
+        if output_format == "text":
+            click.echo(f"{len(errors)} finding(s)" + (f", {len(warnings)} warning(s)" if warnings else "")
+                       if findings else "no GPU spec problems found")
+    for problem in unreadable:
+        click.echo(f"gpunode lint: {problem}", err=True)
+    if unreadable:
         sys.exit(2)
-    for finding in findings:
-        click.echo(str(finding))
-    click.echo(f"{len(findings)} finding(s)" if findings else "no GPU spec problems found")
-    sys.exit(1 if findings else 0)
+    sys.exit(1 if errors or (strict and warnings) else 0)
 
 
 def main() -> None:

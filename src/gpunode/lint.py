@@ -10,6 +10,7 @@ Each finding carries the file, the line and the corrected snippet.
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass
@@ -48,44 +49,72 @@ class SpecError:
         return f"{self.field}: {self.kind}: {self.detail}"
 
 
-SUFFIX_EXPONENTS = {"": 0, "m": 3, "u": 6, "n": 9}  # the decimal suffixes a device count can carry
+# resource.Quantity's suffixes (k8s.io/apimachinery/pkg/api/resource): decimal SI, binary SI, and decimal exponents
+DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+BINARY_SUFFIXES = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+QUANTITY = re.compile(r"([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]))?")
+IS_NEGATIVE = "must be greater than or equal to 0"  # apimachinery's IsNegativeErrorMsg
+NOT_INTEGER = "must be an integer"  # core validation's isNotIntegerErrorMsg
 
 
-def _decimal(value: object) -> Decimal | None:
-    """A quantity as a number of devices (``500m`` is 0.5), None when it is not one."""
-    match = re.fullmatch(r"([0-9.]+)([mun]?)", str(value).strip())
+def quantity(value: object) -> Decimal | None:
+    """A resource quantity as the API server parses it (``1.0``, ``1000m``, ``1e3``, ``1Ki``), None if it is not one."""
+    text = str(value).strip()
+    match = QUANTITY.fullmatch(text)
+    if not match:
+        return None
     try:
-        return Decimal(match.group(1)).scaleb(-SUFFIX_EXPONENTS[match.group(2)]) if match else None
+        number = Decimal(match.group(1))
     except InvalidOperation:
         return None
+    if match.group(2):
+        return number.scaleb(int(match.group(2)[1:]))
+    suffix = match.group(3) or ""
+    if suffix in BINARY_SUFFIXES:
+        return number * (2 ** BINARY_SUFFIXES[suffix])
+    return number.scaleb(DECIMAL_SUFFIXES[suffix])
 
 
-def _quantity(value: object) -> tuple[str, bool]:
-    """(the value as the API server prints it, whether it is a whole number of devices).
-
-    A plain decimal is shown in the quantity's canonical form, as the API server
-    does once it has parsed it: ``0.5`` is ``500m``, ``0.0005`` is ``500u``.
-    """
-    text = str(value).strip()
-    if re.fullmatch(r"[0-9]+", text):
-        return text, True
-    number = _decimal(text) if re.fullmatch(r"[0-9.]+", text) else None
-    if number is not None and number > 0:
-        for suffix, exponent in list(SUFFIX_EXPONENTS.items())[1:]:
-            scaled = number.scaleb(exponent)
-            if scaled == scaled.to_integral_value():
-                return f"{int(scaled)}{suffix}", False
-    return text, False
+def canonical(number: Decimal) -> str:
+    """A quantity as the API server prints it back: whole numbers plain, fractions in milli (``500m``) or finer."""
+    if number == number.to_integral_value():
+        return str(int(number))
+    for suffix, exponent in (("m", 3), ("u", 6), ("n", 9)):
+        scaled = number.scaleb(exponent)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix}"
+    return str(number)
 
 
 def _whole_devices(value: object) -> int:
     """The count a fractional GPU quantity rounds up to (at least 1): ``0.5`` and ``500m`` are 1."""
-    number = _decimal(value)
+    number = quantity(value)
     return max(1, int(number.to_integral_value(rounding=ROUND_CEILING))) if number is not None else 1
 
 
+def _milli_whole(number: Decimal) -> bool:
+    """The API server's integer check: the milli-value (rounded up, as Quantity.MilliValue does) divides by 1000."""
+    milli = number.scaleb(3).to_integral_value(rounding=ROUND_CEILING)
+    return milli % 1000 == 0
+
+
+def value_errors(name: str, value: object, path: str) -> list[SpecError]:
+    number = quantity(value)
+    if number is None:
+        return [SpecError(path, "Invalid value", str(value).strip(), "is not a quantity (the API server refuses "
+                          "to decode the object: quantities must match the regular expression "
+                          "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$')")]
+    errors = []
+    if number < 0:
+        errors.append(SpecError(path, "Invalid value", canonical(number), IS_NEGATIVE))
+    if not _milli_whole(number):
+        errors.append(SpecError(path, "Invalid value", canonical(number), NOT_INTEGER))
+    return errors
+
+
 def resource_errors(pod_spec: dict, field_prefix: str = "spec") -> list[SpecError]:
-    """The API server's validation of extended (GPU) resources in a pod spec."""
+    """The API server's validation of extended (GPU) resources in a pod spec (pkg/apis/core/validation,
+    validateResourceRequirements and ValidateResourceQuantityValue, 1.37): quantities compared as quantities."""
     errors: list[SpecError] = []
     for group in ("initContainers", "containers"):
         for index, container in enumerate(pod_spec.get(group) or []):
@@ -98,25 +127,55 @@ def resource_errors(pod_spec: dict, field_prefix: str = "spec") -> list[SpecErro
                 if not str(name).startswith(GPU_PREFIX):
                     continue
                 # requests default to the limits before validation, so a bad limit is reported twice
-                for where, values in (("limits", limits), ("requests", {**limits, **requests})):
-                    if name in values:
-                        text, whole = _quantity(values[name])
-                        if not whole:
-                            errors.append(SpecError(f"{base}.{where}[{name}]", "Invalid value", text,
-                                                    "must be an integer"))
+                merged = {**limits, **requests}
+                if name in limits:
+                    errors += value_errors(name, limits[name], f"{base}.limits[{name}]")
+                if name in merged:
+                    errors += value_errors(name, merged[name], f"{base}.requests[{name}]")
                 if name in requests and name not in limits:
                     errors.append(SpecError(f"{base}.limits", "Required value", "",
                                             "Limit must be set for non overcommitable resources"))
-                elif name in requests and str(requests[name]).strip() != str(limits[name]).strip():
-                    errors.append(SpecError(f"{base}.requests[{name}]", "Invalid value",
-                                            str(requests[name]).strip(), f"must be equal to {name} limit"))
+                elif name in requests:
+                    asked, limit = quantity(requests[name]), quantity(limits[name])
+                    if asked is not None and limit is not None and asked != limit:
+                        errors.append(SpecError(f"{base}.requests", "Invalid value", canonical(asked),
+                                                f"must be equal to {name} limit of {canonical(limit)}"))
     return errors
 
 
-def gpu_containers(pod_spec: dict) -> list[int]:
-    return [i for i, c in enumerate(pod_spec.get("containers") or []) if isinstance(c, dict) and any(
-        str(k).startswith(GPU_PREFIX) for part in ("requests", "limits")
-        for k in ((c.get("resources") or {}).get(part) or {}))]
+def gpu_containers(pod_spec: dict) -> list[tuple[str, int]]:
+    """(group, index) of the containers, init containers included, that ask for at least one NVIDIA device
+    (``0`` asks for nothing)."""
+    found = []
+    for group in ("initContainers", "containers"):
+        for index, container in enumerate(pod_spec.get(group) or []):
+            if not isinstance(container, dict):
+                continue
+            resources = container.get("resources") or {}
+            values = {**(resources.get("requests") or {}), **(resources.get("limits") or {})}
+            if any(str(k).startswith(GPU_PREFIX) and (quantity(v) or 0) > 0 for k, v in values.items()):
+                found.append((group, index))
+    return found
+
+
+KNOWN_RESOURCE = re.compile(r"nvidia\.com/(gpu|mig-\d+g\.\d+gb(\+me)?|mig-\d+c\.\d+g\.\d+gb)(\.shared)?")
+
+
+def unknown_resources(pod_spec: dict, known: tuple[str, ...] = ()) -> list[tuple[str, int, str]]:
+    """(group, index, name) of NVIDIA resource names no device plugin offers under its usual names (``nvidia.com/gpu``,
+    ``nvidia.com/mig-1g.10gb``, their ``.shared`` renames) nor ``known`` (a config's renames): a typo such as
+    ``nvidia.com/gpus`` is accepted by the API server and leaves the pod Pending for ever."""
+    found = []
+    for group in ("initContainers", "containers"):
+        for index, container in enumerate(pod_spec.get(group) or []):
+            if not isinstance(container, dict):
+                continue
+            resources = container.get("resources") or {}
+            for name in sorted({*(resources.get("requests") or {}), *(resources.get("limits") or {})}):
+                text = str(name)
+                if text.startswith(GPU_PREFIX) and not KNOWN_RESOURCE.fullmatch(text) and text not in known:
+                    found.append((group, index, text))
+    return found
 
 
 @dataclass(frozen=True)
@@ -125,10 +184,21 @@ class LintFinding:
     line: int
     what: str
     fix: str
+    level: str = "error"  # "error": the API server or the runtime refuses it; "warning": likely wrong, accepted
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.what}\n  fix:\n" + "\n".join(f"    {line}" for line in
-                                                                            self.fix.splitlines())
+        mark = "" if self.level == "error" else f"{self.level}: "
+        return f"{self.source}:{self.line}: {mark}{self.what}\n  fix:\n" + "\n".join(
+            f"    {line}" for line in self.fix.splitlines())
+
+    def as_json(self) -> dict:
+        return {"file": self.source, "line": self.line, "level": self.level, "what": self.what, "fix": self.fix}
+
+    def github(self) -> str:
+        """A GitHub Actions workflow command: the finding as an annotation on the file's line."""
+        def escape(text: str) -> str:
+            return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+        return f"::{self.level} file={self.source},line={self.line}::{escape(self.what + ' | fix: ' + self.fix)}"
 
 
 def _node_at(node: yaml.Node, path: tuple[str, ...]) -> yaml.Node | None:
@@ -194,6 +264,13 @@ def lint_document(document: dict, root: yaml.Node, source: str, nvidia_default: 
         fix = ("GPUs are set in limits (requests default to them), as whole numbers:\n"
                f"{_fixed_resources(spec[group][index])}")
         findings.append(LintFinding(source, line, f'{kind} "{name}" is invalid: ' + ", ".join(map(str, errors)), fix))
+    for group, index, resource in unknown_resources(spec):
+        guess = difflib.get_close_matches(resource, ["nvidia.com/gpu", "nvidia.com/gpu.shared"], n=1, cutoff=0.6)
+        line = _line_of(root, spec_path, f"{'.'.join(spec_path)}.{group}[{index}].resources")
+        findings.append(LintFinding(
+            source, line, f'{kind} "{name}" asks for {resource}, which no device plugin offers under that name: '
+            "the API server accepts it and the pod stays Pending", f"ask for {guess[0] if guess else 'nvidia.com/gpu'}"
+            + (" (or the name your plugin config renames it to)" if not guess else ""), "warning"))
     if not nvidia_default and gpu_containers(spec) and spec.get("runtimeClassName") != RUNTIME_CLASS:
         line = (_node_at(root, spec_path) or root).start_mark.line + 1
         have = spec.get("runtimeClassName")
@@ -236,12 +313,22 @@ def manifest_files(target: str) -> list[Path]:
     return [path]
 
 
-def lint_targets(targets: list[str], nvidia_default: bool = False) -> list[LintFinding]:
-    findings = []
+def lint_targets(targets: list[str], nvidia_default: bool = False) -> tuple[list[LintFinding], list[str]]:
+    """Findings of every file, and the files that could not be read or parsed (each named, the rest linted)."""
+    findings: list[LintFinding] = []
+    unreadable: list[str] = []
     for target in targets:
         if target == "-":
-            findings += lint_text(sys.stdin.read(), "<stdin>", nvidia_default)
-            continue
-        for path in manifest_files(target):
-            findings += lint_text(path.read_text(), str(path), nvidia_default)
-    return findings
+            sources = [("<stdin>", sys.stdin.read)]
+        else:
+            try:
+                sources = [(str(path), path.read_text) for path in manifest_files(target)]
+            except (OSError, ValueError) as error:
+                unreadable.append(str(error))
+                continue
+        for source, read in sources:
+            try:
+                findings += lint_text(read(), source, nvidia_default)
+            except (OSError, ValueError) as error:
+                unreadable.append(str(error))
+    return findings, unreadable
