@@ -55,8 +55,13 @@ DRIVER_CASES = [
     ("hopper needs 520.61.05", {"gpu": {"driver_version": "515.76", "name": "NVIDIA H100 80GB HBM3",
                                         "compute_cap": "9.0"}, "module_version": "515.76"},
      {"driver_min_version": "510"}, ["too old for NVIDIA H100 80GB HBM3 (hopper: needs >= 520.61.05)"]),
-    ("device node missing", {"devices": ["/dev/nvidiactl", "/dev/nvidia0"]}, {},
+    ("device node missing", {"devices": ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia0"]}, {},
      ["device nodes missing: /dev/nvidia1"]),
+    # nvidia-smi works without nvidia_uvm; CUDA does not
+    ("uvm not loaded", {"devices": ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"], "modules": ["nvidia"]}, {},
+     ["nvidia_uvm is not loaded or /dev/nvidia-uvm is missing"]),
+    ("uvm device node gone", {"devices": ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]}, {},
+     ["nvidia_uvm is not loaded or /dev/nvidia-uvm is missing"]),
     ("nouveau bound", {"smi": {"rc": 9, "output": ["NVIDIA-SMI has failed ..."], "gpus": []},
                        "module_version": None, "modules": ["nouveau"]}, {}, ["nouveau is bound"]),
     ("gpu lost", {"smi": {"rc": 15, "output": ["Unable to determine the device handle for GPU0000:07:00.0: GPU is "

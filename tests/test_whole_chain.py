@@ -387,6 +387,8 @@ NODE_FAULTS = {
                          clear_fault),
     "nouveau": (sim_fault("nouveau"), "node01", "driver", "nouveau", clear_fault),
     "xid-79": (sim_fault("fallen-off-bus"), "node01", "driver", "fallen off the bus (Xid 79)", clear_fault),
+    # before: driver "ok" with /dev/nvidia-uvm absent from its own evidence
+    "uvm-missing": (sim_fault("uvm-missing"), "node01", "driver", "nvidia_uvm is not loaded", clear_fault),
     "toolkit-removed": (
         lambda fleet: ssh(fleet, "node01", "apt-mark unhold nvidia-container-toolkit nvidia-container-toolkit-base "
                                            ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "

@@ -142,6 +142,14 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
         findings.append(fail("driver upgraded without reboot: the loaded kernel module and the user-space driver "
                              "differ", [f"/sys/module/nvidia/version: {module}", f"nvidia-smi driver: {driver}"],
                              REBOOT_FIX, REBOOT_REQUIRED))
+    if "nvidia_uvm" not in state["modules"] or "/dev/nvidia-uvm" not in state["devices"]:
+        findings.append(fail(
+            "nvidia_uvm is not loaded or /dev/nvidia-uvm is missing: nvidia-smi works, but CUDA cannot initialise "
+            "(cuInit fails in every GPU container)",
+            [f"lsmod (nvidia*): {', '.join(state['modules']) or 'none'}",
+             f"device nodes: {', '.join(state['devices']) or 'none'}"],
+            "modprobe nvidia-uvm, then 'nvidia-modprobe -u -c 0' (creates /dev/nvidia-uvm); to load it at every boot: "
+            "echo nvidia-uvm > /etc/modules-load.d/nvidia-uvm.conf", "uvm-missing"))
     expected = ["/dev/nvidiactl"] + [f"/dev/nvidia{gpu['index']}" for gpu in gpus]
     missing = [d for d in expected if d not in state["devices"]]
     if missing:

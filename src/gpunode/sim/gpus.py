@@ -50,6 +50,7 @@ FAULTS = {
     "nouveau": "nouveau is bound instead of nvidia: lsmod lists nouveau, no nvidia devices",
     "no-gpu": "the driver is loaded but no GPU initialised: 'No devices were found'",
     "fabricmanager-down": "NVSwitch node whose nvidia-fabricmanager is stopped: fabric state In Progress",
+    "uvm-missing": "nvidia_uvm is not loaded: no /dev/nvidia-uvm (nvidia-smi works, CUDA cannot initialise)",
 }
 
 
@@ -104,6 +105,7 @@ def driver_state(node: str, profile: dict) -> dict:
         "installed": count > 0,
         "nouveau": "nouveau" in faults,
         "no_devices": "no-gpu" in faults,
+        "uvm": "uvm-missing" not in faults,
         "gpus": gpus,
         "nvswitch_count": switch_count,
         "fabricmanager": {

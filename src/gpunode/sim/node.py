@@ -114,7 +114,8 @@ def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list
     else:
         banner = f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  {DRIVER_BUILD_DATE}"
     proc["nvidia/version"] = f"{banner}\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n"
-    for module in ("nvidia", "nvidia_uvm", "nvidia_modeset"):
+    uvm = state.get("uvm", True)  # state files written before the fault existed have no key: loaded
+    for module in ("nvidia", "nvidia_modeset", *(("nvidia_uvm",) if uvm else ())):
         sysmod[f"{module}/version"] = f"{version}\n"
         sysmod[f"{module}/initstate"] = "live\n"
     for gpu in state["gpus"] if not state["no_devices"] else []:
@@ -128,8 +129,9 @@ def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list
     if state["nvswitch_count"]:
         proc["nvidia-nvswitch/devices"] = "".join(
             f"0000:{0x05 + i:02x}:00.0\n" for i in range(state["nvswitch_count"]))
-    devices += [["nvidiactl", NVIDIA_MAJOR, 255, 0o666], ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666],
-                ["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
+    devices += [["nvidiactl", NVIDIA_MAJOR, 255, 0o666], ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666]]
+    if uvm:
+        devices += [["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
     return proc, sysmod, devices
 
 
