@@ -209,7 +209,8 @@ def test_a_selector_key_added_by_another_manager_is_drift_the_deploy_repairs(fle
         wait_for(lambda: client.get(Node, "node02").status.allocatable.get("nvidia.com/gpu") == "0", 60)
         found = problem(doctor(fleet)[1], "node02")
         assert found["code"] == "plugin-not-scheduled"
-        assert "daemonset gpunode-system/gpunode-device-plugin nodeSelector: nvidia.com/gpu.present=true,pool=batch" \
+        assert "daemonset gpunode-system/gpunode-device-plugin nodeSelector: " \
+            "gpunode.io/device-plugin=true,nvidia.com/gpu.present=true,pool=batch" \
             in found["evidence"] and "node node02 label pool=<missing>" in found["evidence"], found
         planned = deploy(fleet, tmp_path, "device_plugin", "--dry")[1]
         assert "Device plugin | Apply the device plugin's objects" in " ".join(
@@ -219,7 +220,7 @@ def test_a_selector_key_added_by_another_manager_is_drift_the_deploy_repairs(fle
         assert "removed from daemonset gpunode-device-plugin what another manager added: nodeSelector: pool" in \
             result.stdout + result.stderr
         selector = client.get(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE).spec.template.spec.nodeSelector
-        assert selector == {"nvidia.com/gpu.present": "true"}
+        assert selector == {"nvidia.com/gpu.present": "true", "gpunode.io/device-plugin": "true"}
     finally:
         client.patch(DaemonSet, "gpunode-device-plugin", {"spec": {"template": {"spec": {"nodeSelector": {
             "pool": None}}}}}, namespace=NAMESPACE, field_manager="kubectl-patch")
@@ -239,7 +240,8 @@ def test_a_rollout_that_places_no_pod_on_the_gpu_nodes_is_not_done(fleet: dict, 
         output = result.stdout + result.stderr
         assert result.returncode == 1 and "the device-plugin DaemonSet selects no node (0/0 ready, 0/0 updated) " \
             "while 2 GPU node(s) exist" in output, output[-3000:]
-        assert "node01: nvidia.com/gpu.present=true; taints dedicated=ml:NoSchedule" in output
+        assert "node01: gpunode.io/device-plugin=true, nvidia.com/gpu.present=true; taints dedicated=ml:NoSchedule" \
+            in output, output[-3000:]
         assert "tolerations: nvidia.com/gpu:NoSchedule" in output
         found = problem(doctor(fleet)[1], "node01")
         assert found["code"] == "plugin-not-scheduled" and "kubectl taint node node01 dedicated-" in found["fix"]
