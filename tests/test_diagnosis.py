@@ -155,8 +155,8 @@ def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: lis
     assert [e for e, f in zip(expected, failed, strict=True) if e in f.what] == expected
     if not expected:
         assert findings[-1].severity is Severity.OK
-        assert findings[-1].evidence == [f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)"
-                                         for name in sorted(versions)]
+        assert findings[-1].evidence[:4] == [f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)"
+                                             for name in sorted(versions)]
 
 
 def containerd_state(main: str | None, dump: str, active: str = "active") -> dict:
@@ -390,6 +390,40 @@ def test_toolkit_repo_diagnosis_on_the_rpm_family(changes: dict, expected: list[
         assert failed[0].evidence == ["/etc/os-release: ID=arch"]
 
 
+HOST_OK = {"config": {"error": None, "ldconfig": "@/sbin/ldconfig", "mode": "auto"},
+           "paths": {"/sbin/ldconfig": True, "/sbin/ldconfig.real": False},
+           "modes": {"/usr/bin/nvidia-container-runtime": "755", "/usr/bin/nvidia-ctk": "755"}, "cdi_specs": []}
+
+
+@pytest.mark.parametrize(("changes", "code", "said"), [
+    ({}, None, 'config.toml: ldconfig = "@/sbin/ldconfig" (/sbin/ldconfig exists)'),
+    ({"config": None}, None, "config.toml: absent (the runtime uses nvidia-ctk's defaults for this host)"),
+    # Ubuntu's wrapper on Debian: the real hook's words, and the path nvidia-ctk itself would pick here
+    ({"config": {**HOST_OK["config"], "ldconfig": "@/sbin/ldconfig.real"}}, "toolkit-ldconfig-missing",
+     "nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: no such file or directory"),
+    ({"config": {**HOST_OK["config"], "ldconfig": "/sbin/ldconfig"}}, "toolkit-ldconfig-in-container",
+     'nvidia-container-cli.ldconfig value "/sbin/ldconfig" is not host-relative (does not start with a \'@\')'),
+    ({"config": {"error": "Unterminated string (at end of document)", "ldconfig": None, "mode": None}},
+     "toolkit-config-invalid", "Unterminated string"),
+    ({"modes": {"/usr/bin/nvidia-container-runtime": "644", "/usr/bin/nvidia-ctk": "755"}}, "toolkit-not-executable",
+     "stat -c %a /usr/bin/nvidia-container-runtime: 644"),
+    ({"config": {**HOST_OK["config"], "mode": "cdi"}}, "toolkit-cdi-spec-missing", 'mode = "cdi"'),
+    ({"config": {**HOST_OK["config"], "mode": "cdi"}, "cdi_specs": ["/etc/cdi/nvidia.yaml"]}, None,
+     "1 CDI spec(s): /etc/cdi/nvidia.yaml"),
+])
+def test_toolkit_diagnosis_judges_what_the_host_must_do_for_the_toolkit(changes: dict, code: str | None,
+                                                                        said: str) -> None:
+    state = {"family": "deb", "versions": dict.fromkeys(PACKAGES, "1.17.8-1"), "held": list(PACKAGES), "locks": {},
+             **HOST_OK, **changes}
+    findings = toolkit_diagnosis.diagnose(state, NodeSettings())
+    failed = failures(findings)
+    assert [f.code for f in failed] == ([code] if code else [])
+    evidence = " | ".join(failed[0].evidence + [failed[0].what] if failed else findings[-1].evidence)
+    assert said in evidence, evidence
+    if code == "toolkit-ldconfig-missing":
+        assert "--set nvidia-container-cli.ldconfig=@/sbin/ldconfig " in failed[0].fix
+
+
 @pytest.mark.parametrize(("locks", "expected"), [
     ({p: "1.17.8-1" for p in PACKAGES}, []),
     ({}, ["not held"]),
@@ -404,4 +438,4 @@ def test_toolkit_diagnosis_reads_dnf_versionlock_as_the_hold(locks: dict, expect
     if expected == ["not held"]:
         assert "dnf versionlock add" in failed[0].fix
     if not expected:
-        assert all("rpm -q" in line and "locked by dnf versionlock" in line for line in findings[-1].evidence)
+        assert all("rpm -q" in line and "locked by dnf versionlock" in line for line in findings[-1].evidence[:4])

@@ -146,3 +146,35 @@ def test_a_toleration_for_another_value_does_not_count() -> None:
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "batch", "effect": "NoSchedule"}]}
     view = pod(phase="Pending", spec=spec, events=[("FailedScheduling", TAINTED)])
     assert [f.code for f in diagnose(view, tainted_nodes(), [])] == ["untolerated-taint"]
+
+
+# each a real component's words, as real users reported them (the runtime's through containerd's StartError)
+LDCACHE = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+           "failed: unable to start container process: error during container init: error running hook #0: error "
+           "running hook: exit status 1, stdout: , stderr: nvidia-container-cli: ldcache error: open failed: "
+           "/sbin/ldconfig.real: no such file or directory: unknown")
+REQUIRE = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+           "failed: unable to start container process: error during container init: error running hook #0: error "
+           "running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\nnvidia-container-cli: "
+           "requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a newer version, or "
+           "use an earlier cuda container: unknown")
+
+
+@pytest.mark.parametrize(("view", "code", "phrase"), [
+    (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", LDCACHE, 128),)),
+     "hook-ldconfig-failed", "container c terminated: failed to create containerd task"),
+    (pod(phase="Running", containers=(ContainerView("c", "waiting", "CrashLoopBackOff", "", None),),
+         events=[("Failed", "Error: " + REQUIRE)]), "driver-too-old-for-image", "unsatisfied condition: cuda>=12.4"),
+    (pod(phase="Failed", log="RuntimeError: CUDA driver version is insufficient for CUDA runtime version\n"),
+     "driver-too-old-for-image", "container output: RuntimeError: CUDA driver version is insufficient"),
+    (pod(phase="Failed", log="Failed to initialize NVML: Insufficient Permissions\n"), "device-permissions",
+     "container output: Failed to initialize NVML: Insufficient Permissions"),
+    (pod(phase="Failed", log="cudaGetDeviceCount: no CUDA-capable device is detected\n"), "runtime-no-injection",
+     "no CUDA-capable device is detected"),
+])
+def test_a_failed_gpu_container_is_linked_to_the_node_fact_by_its_own_words(view: PodView, code: str,
+                                                                          phrase: str) -> None:
+    findings = diagnose(view, NODES, RUNNING)
+    assert [f.code for f in findings] == [code]
+    assert phrase in " ".join(findings[0].evidence), findings[0].evidence
+    assert "n1" in findings[0].fix or "n1" in findings[0].what

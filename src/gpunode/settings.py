@@ -22,6 +22,7 @@ REPO_ID = "nvidia-container-toolkit"
 REPO_FILE_PATH = f"/etc/yum.repos.d/{REPO_ID}.repo"
 RPM_KEY_PATH = "/etc/pki/rpm-gpg/RPM-GPG-KEY-nvidia-container-toolkit"
 VERSIONLOCK_LIST = "/etc/dnf/plugins/versionlock.list"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"  # the toolkit's own config (its runtime and hook read it)
 TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
                     "libnvidia-container-tools", "libnvidia-container1")
 

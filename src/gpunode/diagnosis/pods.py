@@ -21,6 +21,39 @@ NO_DEVICE = "CUDA_ERROR_NO_DEVICE"
 GPU_LINE = re.compile(r"^GPU \d+: .+\(UUID: GPU-[^)]+\)\s*$")  # nvidia-smi -L, one line per GPU
 MIG_LINE = re.compile(r"^\s+MIG .+\(UUID: MIG-[^)]+\)\s*$")  # and one per MIG device under its GPU
 CUDA_COUNT = re.compile(r"^CUDA devices: (\d+)\s*$")  # what a CUDA sample's device query prints
+NO_CUDA_DEVICE = "no CUDA-capable device is detected"  # cudaGetErrorString of cudaErrorNoDevice (runtime API)
+
+# What a failed GPU container's components print, in their own words, and the link each points to:
+# (the words, the finding's code, what they mean, the fix; {node} is the pod's node)
+SIGNATURES: tuple[tuple[str, str, str, str], ...] = (
+    ("nvidia-container-cli: ldcache error", "hook-ldconfig-failed",
+     "the NVIDIA hook could not run the ldconfig the toolkit's config.toml names",
+     "'gpunode verify --limit {node}' (toolkit step) quotes the config line; re-run deploys/toolkit.py for {node} "
+     "(it sets the ldconfig this host has)"),
+    ("is not host-relative (does not start with a '@')", "hook-ldconfig-failed",
+     "the NVIDIA runtime refuses its config: the toolkit's ldconfig is not a host path",
+     "re-run deploys/toolkit.py for {node} (it sets the ldconfig this host has)"),
+    ("nvidia-container-runtime: permission denied", "runtime-not-executable",
+     "the container runtime cannot execute nvidia-container-runtime",
+     "re-run deploys/toolkit.py for {node} (it restores the programs' 0755); 'gpunode verify --limit {node}' "
+     "quotes their modes"),
+    ("unsatisfied condition: cuda>=", "driver-too-old-for-image",
+     "the image asks for a newer CUDA (NVIDIA_REQUIRE_CUDA) than the driver on the node supports",
+     "run it where the driver supports that CUDA (nvidia-smi's 'CUDA Version' on each node; gpunode labels nodes "
+     "by GPU model), upgrade the driver on {node}, or use an image built for an older CUDA"),
+    ("CUDA driver version is insufficient", "driver-too-old-for-image",
+     "the CUDA runtime in the image is newer than the driver on the node supports",
+     "run it where the driver supports that CUDA (nvidia-smi's 'CUDA Version'), upgrade the driver on {node}, or use "
+     "an image built for an older CUDA"),
+    ("Failed to initialize NVML: Insufficient Permissions", "device-permissions",
+     "the container cannot open the GPU device nodes",
+     "the driver creates /dev/nvidiactl and /dev/nvidia<N> mode 0666; 'ls -l /dev/nvidia*' on {node} shows what "
+     "changed them (a udev rule, NVreg_DeviceFileMode)"),
+    ("unresolvable CDI devices", "cdi-spec-missing",
+     "the runtime was asked for CDI devices that no CDI spec on the node defines",
+     "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml on {node} (again after every driver change); "
+     "'gpunode verify --limit {node}' checks the spec"),
+)
 
 
 @dataclass(frozen=True)
@@ -213,9 +246,13 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                         f"sandbox (runtime handler: {handler})", evidence,
                         f"the runtime's own words are above; 'gpunode verify --limit {node}' checks the toolkit and "
                         "runtime steps there", code="sandbox-failed")]
-    if NO_DEVICE in pod.log:
+    signature = signature_finding(pod, title)
+    if signature is not None:
+        return [signature]
+    if NO_DEVICE in pod.log or NO_CUDA_DEVICE in pod.log:
         node = next((n for n in nodes if n.name == pod.spec.get("nodeName")), None)
-        evidence = [f"container output: {line}" for line in pod.log.splitlines() if NO_DEVICE in line][:1]
+        evidence = [f"container output: {line}" for line in pod.log.splitlines()
+                    if NO_DEVICE in line or NO_CUDA_DEVICE in line][:1]
         if not wanted:
             return [Finding(STEP, Severity.FAIL, f"{title} runs without a GPU: it does not ask for one", evidence,
                             f"set resources.limits {GPU}: 1 in the container", code="no-gpu-request")]
@@ -232,6 +269,27 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
     if failures(lifecycle) or not wanted:
         return lifecycle
     return lifecycle + [gpus_seen(pod, title, wanted)]
+
+
+def said(pod: PodView) -> list[tuple[str, str]]:
+    """Every text the pod's components wrote, with where it was read."""
+    texts = [(f"container {c.name} {c.state or 'status'}", c.message) for c in pod.containers if c.message]
+    texts += [(f"event {reason}", message) for reason, message in pod.events]
+    texts += [("container output", line) for line in pod.log.splitlines()]
+    texts += [("pod status", pod.message), ("waiting", pod.waiting_message)]
+    return [(where, text.strip()) for where, text in texts if text and text.strip()]
+
+
+def signature_finding(pod: PodView, title: str) -> Finding | None:
+    """The first known failure a component of the pod's GPU chain wrote, linked to the node fact that explains it."""
+    node = pod.spec.get("nodeName") or "?"
+    texts = said(pod)
+    for words, code, meaning, fix in SIGNATURES:
+        found = next(((where, text) for where, text in texts if words in text), None)
+        if found is not None:
+            return Finding(STEP, Severity.FAIL, f"{title} failed on {node}: {meaning}", [f"{found[0]}: {found[1]}"],
+                           fix.format(node=node), code=code)
+    return None
 
 
 def event_lines(pod: PodView) -> list[str]:

@@ -1,11 +1,100 @@
-"""Diagnosis of the toolkit step: all four packages at the pinned version (and held, if asked); apt or dnf."""
+"""Diagnosis of the toolkit step: all four packages at the pinned version (and held, if asked); apt or dnf; and
+the installed toolkit able to work on this host (its config.toml's ldconfig exists here, its programs executable,
+a CDI spec where its mode is cdi)."""
 
 from __future__ import annotations
 
 from gpunode.diagnosis import Finding, Severity, with_proof
-from gpunode.settings import VERSIONLOCK_LIST, NodeSettings
+from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings
 
 STEP = "toolkit"
+
+
+def ldconfig_choice(paths: dict[str, bool]) -> str | None:
+    """The ldconfig nvidia-ctk itself picks on this host ("@/sbin/ldconfig.real" where that exists, as on Ubuntu,
+    else "@/sbin/ldconfig"), or None when neither exists."""
+    for path in ("/sbin/ldconfig.real", "/sbin/ldconfig"):
+        if paths.get(path):
+            return "@" + path
+    return None
+
+
+def config_findings(state: dict) -> list[Finding]:
+    """What config.toml asks that this host cannot do: every GPU container fails at its creation."""
+    config = state.get("config")
+    if not config:
+        return []
+    if config["error"]:
+        return [Finding(STEP, Severity.FAIL, f"{TOOLKIT_CONFIG} does not parse: the NVIDIA runtime refuses to start "
+                        "any container", [f"{TOOLKIT_CONFIG}: {config['error']}"],
+                        f"correct the TOML at the place named, or move the file away and run 'nvidia-ctk config "
+                        f"--in-place --config-file={TOOLKIT_CONFIG}' to write the defaults", code="toolkit-config-invalid")]
+    value = config["ldconfig"]
+    if value is None:
+        return []
+    choice = ldconfig_choice(state["paths"])
+    fix = (f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set nvidia-container-cli.ldconfig={choice} "
+           "(re-running deploys/toolkit.py does this)" if choice else
+           "install the C library's ldconfig (it is missing from /sbin on this host)")
+    where = f'{TOOLKIT_CONFIG}: [nvidia-container-cli] ldconfig = "{value}"'
+    if not value.startswith("@"):
+        return [Finding(STEP, Severity.FAIL, "the toolkit's ldconfig is not a host path (no leading '@'): toolkit "
+                        "1.17.3 and later refuse the config and every GPU container fails",
+                        [where, f"error loading config: nvidia-container-cli.ldconfig value \"{value}\" is not "
+                                "host-relative (does not start with a '@')"], fix, code="toolkit-ldconfig-in-container")]
+    if not state["paths"].get(value[1:]):
+        present = [path for path, exists in sorted(state["paths"].items()) if exists]
+        return [Finding(STEP, Severity.FAIL, f"the toolkit's ldconfig {value[1:]} does not exist on this host: every "
+                        "GPU container fails with 'nvidia-container-cli: ldcache error: open failed: "
+                        f"{value[1:]}: no such file or directory'",
+                        [where, f"test -e {value[1:]}: no such file",
+                         f"ldconfig on this host: {', '.join(present) or 'none'}"], fix, code="toolkit-ldconfig-missing")]
+    return []
+
+
+def not_executable(state: dict) -> dict[str, str]:
+    """The toolkit programs without any execute bit, with their modes as stat printed them."""
+    return {path: mode for path, mode in sorted(state.get("modes", {}).items()) if not int(mode[-3:], 8) & 0o111}
+
+
+def program_findings(state: dict) -> list[Finding]:
+    """A toolkit program without any execute bit: containerd's exec of it fails with 'permission denied'."""
+    stuck = not_executable(state)
+    if not stuck:
+        return []
+    return [Finding(STEP, Severity.FAIL, f"toolkit program(s) not executable: {', '.join(stuck)}; the container "
+                    "runtime's exec of them fails with 'permission denied'",
+                    [f"stat -c %a {path}: {mode}" for path, mode in stuck.items()],
+                    f"chmod 0755 {' '.join(stuck)} (as the packages install them; re-running deploys/toolkit.py "
+                    "does this)", code="toolkit-not-executable")]
+
+
+def cdi_findings(state: dict) -> list[Finding]:
+    config = state.get("config") or {}
+    if config.get("mode") != "cdi" or state.get("cdi_specs"):
+        return []
+    return [Finding(STEP, Severity.FAIL, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
+                    "devices: GPU containers fail with 'unresolvable CDI devices'",
+                    [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "cdi"',
+                     "grep -l nvidia.com/gpu /etc/cdi/* /var/run/cdi/*: no file"],
+                    "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (again after every driver change)",
+                    code="toolkit-cdi-spec-missing")]
+
+
+def host_evidence(state: dict) -> list[str]:
+    """What the installed toolkit reads on this host, for the proof."""
+    config = state.get("config")
+    if config is None:
+        lines = [f"{TOOLKIT_CONFIG}: absent (the runtime uses nvidia-ctk's defaults for this host)"]
+    else:
+        value = config.get("ldconfig")
+        lines = [f'{TOOLKIT_CONFIG}: ldconfig = "{value}" ({value.lstrip("@")} exists)' if value else
+                 f"{TOOLKIT_CONFIG}: no ldconfig set (the default for this host)"]
+        if config.get("mode"):
+            lines.append(f'{TOOLKIT_CONFIG}: mode = "{config["mode"]}"'
+                         + (f" ({len(state['cdi_specs'])} CDI spec(s): {', '.join(state['cdi_specs'])})"
+                            if config["mode"] == "cdi" else ""))
+    return lines + [f"stat -c %a {path}: {mode}" for path, mode in sorted(state.get("modes", {}).items())]
 
 
 def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
@@ -34,9 +123,12 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                                     + ([f"{VERSIONLOCK_LIST}: no lock for them"] if rpm else []),
                                     f"{'dnf versionlock add' if rpm else 'apt-mark hold'} {' '.join(unheld)} "
                                     "(or re-run deploys/toolkit.py)"))
+    if not wrong:  # what the installed toolkit needs from this host (a missing package is the finding above)
+        findings += config_findings(state) + program_findings(state) + cdi_findings(state)
     source = "rpm -q" if rpm else "dpkg-query"
     held = "locked by dnf versionlock" if rpm else "held"
     evidence = [f"{source}: {name} {version}" + (f" ({held})" if name in state["held"] else " (not held)")
                 for name, version in sorted(state["versions"].items())]
     return with_proof(findings, STEP, f"the toolkit packages are at the pinned {want}"
-                      + (" and held" if settings.toolkit_hold else ""), evidence)
+                      + (" and held" if settings.toolkit_hold else "") + ", and this host can run what its config "
+                      "asks", evidence + host_evidence(state))

@@ -1,14 +1,44 @@
-"""Facts of the toolkit step: installed versions and holds of the four toolkit packages, from dpkg or rpm."""
+"""Facts of the toolkit step: installed versions and holds of the four toolkit packages, from dpkg or rpm, and
+what the installed toolkit needs from the host: its config.toml (the ldconfig it runs, its mode), the modes of
+the programs containerd and docker execute, and the CDI specs its cdi mode reads."""
 
 from __future__ import annotations
 
 import re
+import tomllib
 
 from pyinfra.api import FactBase
 
 from gpunode.facts import os_release
 from gpunode.facts.sections import section, split_sections
-from gpunode.settings import TOOLKIT_PACKAGES, VERSIONLOCK_LIST
+from gpunode.settings import TOOLKIT_CONFIG, TOOLKIT_PACKAGES, VERSIONLOCK_LIST
+
+# where an ldconfig may be: the distributions' own, and the path config.toml names (read by the same command)
+LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/sbin/ldconfig", "/usr/sbin/ldconfig.real")
+# the programs of the toolkit that a container runtime or the hook executes
+TOOLKIT_PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
+                    "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli")
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+# the configured ldconfig's host path: the value of `ldconfig = "@/path"` without its "@"
+CONFIGURED_LDCONFIG = (f"sed -n 's/^[[:space:]]*ldconfig[[:space:]]*=[[:space:]]*//p' {TOOLKIT_CONFIG} 2>/dev/null"
+                       " | head -n 1 | tr -d \"\\\"'@\" | awk '{print $1}'")
+
+
+def parse_config(lines: list[str]) -> dict | None:
+    """The settings of config.toml that the host must be able to honour; None when there is no file."""
+    if not lines or lines[0] != "present":
+        return None
+    text = "\n".join(lines[1:])
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        return {"error": str(error), "ldconfig": None, "mode": None}
+    cli = config.get("nvidia-container-cli") or {}
+    runtime = config.get("nvidia-container-runtime") or {}
+    ldconfig = cli.get("ldconfig") if isinstance(cli, dict) else None
+    mode = runtime.get("mode") if isinstance(runtime, dict) else None
+    return {"error": None, "ldconfig": str(ldconfig) if ldconfig is not None else None,
+            "mode": str(mode) if mode is not None else None}
 
 # an entry of dnf's versionlock list: NAME-[EPOCH:]VERSION-RELEASE[.ARCH or .*]; "!" starts an exclude
 LOCK_ENTRY = re.compile(r"^(?P<name>[^\s!#].*?)-(?:\d+:)?(?P<version>[^-:\s]+-[^-\s]+?)"
@@ -44,12 +74,37 @@ class ToolkitPackages(FactBase):
             f"command -v rpm >/dev/null 2>&1 && rpm -q --qf '%{{NAME}} %{{VERSION}}-%{{RELEASE}}\\n' {packages}"
             " 2>/dev/null | grep -v 'is not installed'",
             section("locks"), f"cat {VERSIONLOCK_LIST} 2>/dev/null",
+            section("config"), f"if [ -f {TOOLKIT_CONFIG} ]; then echo present; cat {TOOLKIT_CONFIG}; fi",
+            section("paths"),
+            f"for p in {' '.join(LDCONFIG_CANDIDATES)} $({CONFIGURED_LDCONFIG}); do "
+            "if [ -e \"$p\" ]; then echo \"yes $p\"; else echo \"no $p\"; fi; done",
+            section("programs"), f"stat -c '%a %n' {' '.join(TOOLKIT_PROGRAMS)} 2>/dev/null",
+            section("cdi"), f"grep -l -s 'nvidia.com/gpu' {' '.join(d + '/*' for d in CDI_DIRS)}",
             "true",
         ])
 
     def process(self, output: list[str]) -> dict:
         parts = split_sections(output)
         family, _ = os_release.package_family(parts.get("os_release", []))
+        return {**self.packages(family, parts), **self.host_side(parts)}
+
+    @staticmethod
+    def host_side(parts: dict[str, list[str]]) -> dict:
+        paths = {}
+        for line in parts.get("paths", []):
+            answer, _, path = line.partition(" ")
+            if answer in ("yes", "no") and path.startswith("/"):
+                paths[path] = answer == "yes"
+        modes = {}
+        for line in parts.get("programs", []):
+            mode, _, path = line.partition(" ")
+            if path in TOOLKIT_PROGRAMS and mode.isdigit():
+                modes[path] = mode
+        return {"config": parse_config(parts.get("config", [])), "paths": paths, "modes": modes,
+                "cdi_specs": sorted(line.strip() for line in parts.get("cdi", []) if line.strip().startswith("/"))}
+
+    @staticmethod
+    def packages(family: str | None, parts: dict[str, list[str]]) -> dict:
         versions: dict[str, str | None] = {name: None for name in TOOLKIT_PACKAGES}
         if family == "rpm":
             for line in parts.get("rpm", []):

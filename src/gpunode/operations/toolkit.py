@@ -1,4 +1,5 @@
-"""Operations of the toolkit step: the four toolkit packages at one pinned version."""
+"""Operations of the toolkit step: the four toolkit packages at one pinned version, and the installed toolkit
+usable on this host (its config's ldconfig exists here, its programs executable)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
+from gpunode.diagnosis.toolkit import config_findings, ldconfig_choice, not_executable
 from gpunode.facts.toolkit import ToolkitPackages
 from gpunode.operations import failing_command, step_fact
+from gpunode.operations.backup import backup_command
 from gpunode.operations.driver import NO_GPU, gpu_present
-from gpunode.settings import REPO_ID, TOOLKIT_PACKAGES, NodeSettings
+from gpunode.settings import REPO_ID, TOOLKIT_CONFIG, TOOLKIT_PACKAGES, NodeSettings
 
 
 def install_command(version: str) -> str:
@@ -52,7 +55,7 @@ def dnf_install_command(version: str) -> str:
     ])
 
 
-def pinned_with_dnf(state: dict, settings: NodeSettings):
+def pinned_with_dnf(state: dict, settings: NodeSettings, stamp: str):
     """The dnf side of :func:`pinned`: a changed pin moves all four packages, and their versionlock entries with
     them (a lock at the old version would hide the new one from dnf)."""
     version = settings.toolkit_version
@@ -62,6 +65,8 @@ def pinned_with_dnf(state: dict, settings: NodeSettings):
     if stale:
         yield f"dnf -q versionlock delete {' '.join(stale)}"
     if wrong:
+        if stamp:
+            yield backup_command([TOOLKIT_CONFIG], stamp)
         yield dnf_install_command(version)
     kept = {name for name, locked in locks.items() if name not in stale}
     if settings.toolkit_hold and kept != set(TOOLKIT_PACKAGES):
@@ -71,7 +76,7 @@ def pinned_with_dnf(state: dict, settings: NodeSettings):
 
 
 @operation()
-def pinned(settings: NodeSettings):
+def pinned(settings: NodeSettings, stamp: str = ""):
     """
     Install nvidia-container-toolkit, nvidia-container-toolkit-base,
     libnvidia-container-tools and libnvidia-container1 at ``toolkit_version``,
@@ -79,13 +84,15 @@ def pinned(settings: NodeSettings):
     them when ``toolkit_hold`` is set.
 
     + settings: the host's gpunode settings (toolkit_version, toolkit_hold)
+    + stamp: the run's backup folder name: the toolkit's config.toml, which the packages' post-install writes, is
+      backed up (or noted absent) before packages move, so ``gpunode undo --packages`` can leave no trace
     """
     if not gpu_present(host):
         host.noop(NO_GPU)
         return
     state = step_fact(host, "toolkit", ToolkitPackages)
     if state["family"] == "rpm":
-        yield from pinned_with_dnf(state, settings)
+        yield from pinned_with_dnf(state, settings, stamp)
         return
     if state["family"] != "deb":
         yield failing_command("gpunode cannot tell whether this host installs packages with apt or dnf "
@@ -95,6 +102,8 @@ def pinned(settings: NodeSettings):
     wrong = [name for name, installed in state["versions"].items() if installed != version]
     packages = " ".join(TOOLKIT_PACKAGES)
     if wrong:
+        if stamp:
+            yield backup_command([TOOLKIT_CONFIG], stamp)
         if state["held"]:
             yield f"apt-mark unhold {' '.join(state['held'])}"
         yield install_command(version)
@@ -105,3 +114,42 @@ def pinned(settings: NodeSettings):
         yield f"apt-mark unhold {' '.join(sorted(held))}"
     elif not wrong:
         host.noop(f"NVIDIA Container Toolkit {version} already installed")
+
+
+def ldconfig_command(choice: str) -> str:
+    """NVIDIA's own way to set one key of its config (``nvidia-ctk config --set``, toolkit 1.14 and later)."""
+    return f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set nvidia-container-cli.ldconfig={choice}"
+
+
+@operation()
+def usable(stamp: str):
+    """
+    Make the installed toolkit usable on this host as its packages leave it: a config.toml whose ldconfig does
+    not exist here (an Ubuntu config on Debian) or is not a host path gets the ldconfig nvidia-ctk picks for this
+    host (config backed up first); a toolkit program without an execute bit gets 0755. No restart: the runtime
+    reads both at every container's creation.
+
+    + stamp: the run's backup folder name
+    """
+    if not gpu_present(host):
+        host.noop(NO_GPU)
+        return
+    state = step_fact(host, "toolkit", ToolkitPackages)
+    changed = False
+    for finding in config_findings(state):
+        choice = ldconfig_choice(state["paths"])
+        if finding.code in ("toolkit-ldconfig-missing", "toolkit-ldconfig-in-container") and choice:
+            yield backup_command([TOOLKIT_CONFIG], stamp)
+            yield ldconfig_command(choice)
+            changed = True
+        else:
+            yield failing_command(f"{finding.what}\n  evidence: {'; '.join(finding.evidence)}\n  fix: {finding.fix}")
+            return
+    stuck = not_executable(state)
+    if stuck:
+        yield f"chmod 0755 {' '.join(stuck)}"
+        changed = True
+    if not changed:
+        config = state.get("config")
+        host.noop("the toolkit's config and programs are usable here" + (
+            f" (ldconfig {config['ldconfig']})" if config and config.get("ldconfig") else ""))

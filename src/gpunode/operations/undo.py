@@ -25,9 +25,12 @@ from gpunode.facts.labels import read_node
 from gpunode.facts.toolkit import ToolkitPackages
 from gpunode.operations import control_command
 from gpunode.operations.runtime import READY_CHECK
-from gpunode.settings import TOOLKIT_PACKAGES
+from gpunode.settings import TOOLKIT_CONFIG, TOOLKIT_PACKAGES
 
 RUNTIME_FILES = {"containerd": "/etc/containerd/", "docker": "/etc/docker/"}
+# files the toolkit packages own (their post-install writes config.toml): put back only with the packages removed,
+# since packages that stay keep the config they run with
+PACKAGE_FILES = (TOOLKIT_CONFIG,)
 
 
 def drop_gpunode_labels(target: Host, settings: ClusterSettings, node: str) -> None:
@@ -126,15 +129,17 @@ def toolkit_released(packages: bool):
 
 
 @operation()
-def files_restored(restart_timeout: int):
+def files_restored(restart_timeout: int, packages: bool = False):
     """
     Put every file gpunode changed back as its earliest backup has it (remove the ones it added), then
     restart a container runtime whose config came back, and wait until it answers.
 
     + restart_timeout: seconds to wait for the runtime after its restart
+    + packages: the toolkit packages were removed: their config.toml goes back too (else it stays with them)
     """
     backups = host.get_fact(Backups)
-    pending = {path: entry for path, entry in backups.items() if entry["now"] != "same"}
+    pending = {path: entry for path, entry in backups.items() if entry["now"] != "same"
+               and (packages or path not in PACKAGE_FILES)}
     if not pending:
         host.noop(f"every file gpunode changed is as before ({len(backups)} backed up)" if backups
                   else "gpunode changed no file here (no backups)")

@@ -59,7 +59,7 @@ def render_standin(name: str, **values: str) -> str:
 def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
     digest.update(render_standin("nvidia_container_runtime.py").encode())
-    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE)).encode())
+    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POSTINST)).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
 
@@ -90,13 +90,16 @@ def _control(name: str, version: str, arch: str, depends: str, description: str)
 
 
 def _build_package(work: Path, out: Path, name: str, version: str, arch: str, depends: str,
-                   files: dict[str, tuple[str | bytes, int]], conffiles: tuple[str, ...] = ()) -> None:
+                   files: dict[str, tuple[str | bytes, int]], conffiles: tuple[str, ...] = (),
+                   postinst: str = "") -> None:
     root = work / f"{name}_{version}"
     for path, (text, mode) in files.items():
         write_file(root / path.lstrip("/"), text, mode)
     write_file(root / "DEBIAN" / "control", _control(name, version, arch, depends, name))
     if conffiles:
         write_file(root / "DEBIAN" / "conffiles", "\n".join(conffiles) + "\n")
+    if postinst:
+        write_file(root / "DEBIAN" / "postinst", postinst, 0o755)
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{name}_{version}_{arch}.deb")],
         what=f"building the simulated package {name} {version}")
 
@@ -110,9 +113,21 @@ class SimPackage:
     depends: tuple[tuple[str, str, str], ...]  # (package, operator as Debian writes it: >=, <<, =, version)
     files: dict[str, tuple[str | bytes, int]]
     conffiles: tuple[str, ...] = ()
+    postinst: str = ""  # a shell script run after the files are in place (dpkg's postinst, rpm's %post)
 
     def deb_depends(self) -> str:
         return ", ".join(f"{name} ({op} {version})" for name, op, version in self.depends)
+
+
+# As NVIDIA's packages do since 1.14 ("generate default config as post-install step"): the base package ships no
+# config.toml; its post-install runs the real nvidia-ctk, which writes the defaults for the host it runs on (the
+# ldconfig path among them: "@/sbin/ldconfig.real" only where that file exists, as on Ubuntu) and keeps the values
+# of a config that is already there.
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+BASE_POSTINST = ("#!/bin/sh\nset -e\n"
+                 'if [ "$1" = configure ] || [ "$1" -ge 1 ] 2>/dev/null; then\n'
+                 f"  /usr/bin/nvidia-ctk --quiet config --config-file={TOOLKIT_CONFIG} --in-place\n"
+                 "fi\nexit 0\n")
 
 
 def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackage]:
@@ -132,14 +147,7 @@ def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackag
                 "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
                 "/usr/bin/nvidia-container-runtime": (
                     render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
-                "/etc/nvidia-container-runtime/config.toml": (
-                    '#accept-nvidia-visible-devices-as-volume-mounts = false\n'
-                    'disable-require = false\nsupported-driver-capabilities = "compat32,compute,display,'
-                    'graphics,ngx,utility,video"\n\n[nvidia-container-cli]\nenvironment = []\n'
-                    'ldconfig = "@/sbin/ldconfig.real"\nload-kmods = true\n\n'
-                    '[nvidia-container-runtime]\nlog-level = "info"\nmode = "auto"\n'
-                    'runtimes = ["docker-runc", "runc", "crun"]\n', 0o644),
-            }, conffiles=("/etc/nvidia-container-runtime/config.toml",)),
+            }, postinst=BASE_POSTINST),
             SimPackage("nvidia-container-toolkit", version,
                        (("nvidia-container-toolkit-base", "=", version), ("libnvidia-container-tools", ">=", version),
                         ("libnvidia-container-tools", "<<", "2.0.0")),
@@ -156,7 +164,7 @@ def build_packages(out: Path, arch: str, nvidia_ctk: dict[str, Path]) -> None:
         libdir = "/usr/lib/x86_64-linux-gnu" if arch == "amd64" else f"/usr/lib/{arch}-linux-gnu"
         for package in toolkit_packages(libdir, nvidia_ctk):
             _build_package(work, out, package.name, package.version, arch, package.deb_depends(), package.files,
-                           package.conffiles)
+                           package.conffiles, package.postinst)
 
 
 def _make_key(gnupg: Path) -> str:

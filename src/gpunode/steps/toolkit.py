@@ -7,9 +7,11 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.operations import toolkit
 from gpunode.settings import NodeSettings
+from gpunode.steps.runtime import RUN_STAMP
 
 
 @deploy("Toolkit install")
 def toolkit_install() -> None:
     toolkit.pinned(name="Install the NVIDIA Container Toolkit at the pinned version",
-                   settings=NodeSettings.from_data(host.data))
+                   settings=NodeSettings.from_data(host.data), stamp=RUN_STAMP)
+    toolkit.usable(name="Make the toolkit's config and programs usable on this host", stamp=RUN_STAMP)

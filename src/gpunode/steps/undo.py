@@ -27,4 +27,4 @@ def undo_node(packages: bool = False) -> None:
     undo.toolkit_released(name="Release the toolkit packages" + (" and remove them" if packages else ""),
                           packages=packages)
     undo.files_restored(name="Put back the files gpunode changed",
-                        restart_timeout=NodeSettings.from_data(host.data).runtime_restart_timeout)
+                        restart_timeout=NodeSettings.from_data(host.data).runtime_restart_timeout, packages=packages)

@@ -12,17 +12,55 @@ driver's state (the GPU state file and the health-event folder) and sets
 GPUNODE_PLUGIN_BACKEND=sim, so an NVML user such as the device plugin's image
 finds the node's GPUs. Under plain runc none of it happens, so the container sees
 no GPU and no NVML.
+
+Before injecting it reads the toolkit's config.toml as the real hook does, and fails
+the way the real stack fails where the host cannot do what that file asks: an
+``ldconfig = "@<path>"`` whose host path does not exist fails every GPU container
+with nvidia-container-cli's words, written to the runtime's log as runc writes a
+failed hook, so containerd reports it as "OCI runtime create failed".
 """
 
+import datetime
 import json
 import os
 import sys
+import tomllib
 
 STATE = "/etc/gpunode-sim/gpu.json"
 SELECTED_DIR = "/run/gpunode-sim/containers"
 EVENTS_DIR = "/run/gpunode-sim/events"
 # accept-nvidia-visible-devices-as-volume-mounts = true, as the device plugin's volume-mounts strategy needs
 VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
+CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+
+class HookFailed(Exception):
+    """What the real prestart hook (nvidia-container-cli) prints before it exits 1."""
+
+
+def check_config() -> None:
+    try:
+        with open(CONFIG, "rb") as handle:
+            config = tomllib.load(handle)
+    except FileNotFoundError:
+        return  # the runtime's defaults, which nvidia-ctk computes for this host
+    ldconfig = str(config.get("nvidia-container-cli", {}).get("ldconfig", "@/sbin/ldconfig"))
+    if ldconfig.startswith("@") and not os.path.exists(ldconfig[1:]):
+        raise HookFailed(f"nvidia-container-cli: ldcache error: open failed: {ldconfig[1:]}: no such file or "
+                         "directory")
+
+
+def fail_as_runc(argv: list[str], error: HookFailed) -> None:
+    """Write the error where runc writes a failed create (the --log file containerd reads), then exit 1."""
+    message = ("runc create failed: unable to start container process: error during container init: error running "
+               f"hook #0: error running hook: exit status 1, stdout: , stderr: {error}")
+    log = next((argv[i + 1] for i, a in enumerate(argv) if a == "--log" and i + 1 < len(argv)), None)
+    if log:
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        with open(log, "a") as handle:
+            handle.write(json.dumps({"level": "error", "msg": message, "time": stamp}) + "\n")
+    print(message, file=sys.stderr)
+    sys.exit(1)
 
 
 def visible(env: list[str]) -> str | None:
@@ -51,6 +89,7 @@ def inject(bundle: str, container: str) -> None:
     chosen = visible(spec.get("process", {}).get("env", []))
     if chosen is None:
         return
+    check_config()
     gpus = selected_gpus(chosen, spec.get("mounts", []))
     folder = os.path.join(SELECTED_DIR, container)
     os.makedirs(folder, exist_ok=True)
@@ -81,7 +120,10 @@ def main(argv: list[str]) -> None:
     if "create" in argv:
         bundle = next((argv[i + 1] for i, a in enumerate(argv) if a in ("--bundle", "-b") and i + 1 < len(argv)),
                       os.getcwd())
-        inject(bundle, argv[-1])
+        try:
+            inject(bundle, argv[-1])
+        except HookFailed as error:
+            fail_as_runc(argv, error)
     os.execvp("runc", ["runc", *argv])
 
 
