@@ -62,6 +62,12 @@ DRIVER_CASES = [
      ["nvidia_uvm is not loaded or /dev/nvidia-uvm is missing"]),
     ("uvm device node gone", {"devices": ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1"]}, {},
      ["nvidia_uvm is not loaded or /dev/nvidia-uvm is missing"]),
+    # a non-root container cannot open them: NVML's "Insufficient Permissions"
+    ("nvidiactl 0600", {"device_modes": {"/dev/nvidiactl": "600", "/dev/nvidia0": "666"}}, {},
+     ["GPU device node(s) not open to every user: /dev/nvidiactl"]),
+    ("device nodes 0660 for group video", {"device_modes": {"/dev/nvidiactl": "660", "/dev/nvidia0": "660"}}, {},
+     ["not open to every user: /dev/nvidia0, /dev/nvidiactl"]),
+    ("modes as the driver makes them", {"device_modes": {"/dev/nvidiactl": "666", "/dev/nvidia0": "666"}}, {}, []),
     ("nouveau bound", {"smi": {"rc": 9, "output": ["NVIDIA-SMI has failed ..."], "gpus": []},
                        "module_version": None, "modules": ["nouveau"]}, {}, ["nouveau is bound"]),
     ("gpu lost", {"smi": {"rc": 15, "output": ["Unable to determine the device handle for GPU0000:07:00.0: GPU is "

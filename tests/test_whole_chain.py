@@ -71,6 +71,9 @@ def test_every_ok_link_carries_the_evidence_that_proves_it(fleet: dict) -> None:
     assert "nvidia BinaryName = '/usr/bin/nvidia-container-runtime' (set in /etc/containerd/" in \
         evidence["runtime"] and "ctr plugins ls: cri ok" in evidence["runtime"]
     assert "nvidia.com/gpu=4" in evidence["device_plugin"] and "spec.unschedulable not set" in evidence["device_plugin"]
+    # written by the real nvidia-ctk in the package's post-install, as on a real Debian node (no Ubuntu ldconfig.real)
+    assert '/etc/nvidia-container-runtime/config.toml: ldconfig = "@/sbin/ldconfig" (/sbin/ldconfig exists)' in \
+        evidence["toolkit"] and "stat -c %a /usr/bin/nvidia-container-runtime: 755" in evidence["toolkit"]
     cpu = {link["link"]: link for link in links["node03"]}
     assert cpu["driver"]["state"] == "not checked" and "CPU-only" in cpu["driver"]["what"]
     assert cpu["no plugin on a CPU node"]["state"] == "ok"
@@ -382,6 +385,10 @@ def clear_fault(fleet: dict) -> None:
     gpunode("sim", "fault", "node01", "--clear", env=fleet["env"])
 
 
+# a config.toml as Ubuntu's packages wrote it, on a Debian node: set with NVIDIA's own tool
+UBUNTU_LDCONFIG = ("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml "
+                   "--set nvidia-container-cli.ldconfig=@/sbin/ldconfig.real")
+
 NODE_FAULTS = {
     "driver-not-loaded": (sim_fault("driver-not-loaded"), "node01", "driver", "kernel module is not loaded",
                           clear_fault),
@@ -396,6 +403,14 @@ NODE_FAULTS = {
                                            ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "
                                            "nvidia-container-toolkit-base >/dev/null 2>&1"),
         "node01", "toolkit", "toolkit", None),
+    # before: "nothing is broken" (config.toml never read) while every GPU container failed at its creation
+    "toolkit-ldconfig-from-ubuntu": (
+        lambda fleet: ssh(fleet, "node01", UBUNTU_LDCONFIG), "node01", "toolkit",
+        "ldconfig /sbin/ldconfig.real does not exist on this host", None),
+    # before: node chain and verify passed; the deploy did not repair it
+    "toolkit-runtime-not-executable": (
+        lambda fleet: ssh(fleet, "node01", "chmod 0644 /usr/bin/nvidia-container-runtime"), "node01", "toolkit",
+        "not executable: /usr/bin/nvidia-container-runtime", None),
     "runtime-not-configured": (
         lambda fleet: ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml; "
                                            "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd"),
@@ -420,6 +435,47 @@ def test_doctor_names_each_node_fault_and_verify_fails_that_step(fleet: dict, tm
             repair(fleet)
         assert deploy(fleet, tmp_path)[0].returncode == 0
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
+
+
+def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(fleet: dict, tmp_path: Path) -> None:
+    """Before: the pod failed, doctor --pod said "container exited", doctor said nothing is broken."""
+    ssh(fleet, "node01", UBUNTU_LDCONFIG)
+    try:
+        output = run_pod(fleet, "ldcache", "--node-selector", "accelerator=nvidia-a100", "--timeout", "30")
+        assert "nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: no such file or directory" \
+            in output, output
+        found = problem(doctor(fleet, "--pod", "default/ldcache")[1], "pod default/ldcache")
+        assert found["code"] == "hook-ldconfig-failed" and "deploys/toolkit.py" in found["fix"], found
+        assert "OCI runtime create failed" in " ".join(found["evidence"]), found
+    finally:
+        result = deploy(fleet, tmp_path)[0]
+        assert result.returncode == 0, result.stdout[-3000:]
+        api(fleet).delete(Pod, "ldcache", namespace="default", grace_period=0)
+    fixed = run_pod(fleet, "ldcache-fixed", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
+    assert "on node01: Succeeded" in fixed and "GPU 0: NVIDIA A100" in fixed, fixed
+    api(fleet).delete(Pod, "ldcache-fixed", namespace="default", grace_period=0)
+
+
+def test_a_device_node_closed_to_other_users_fails_non_root_gpu_containers(fleet: dict, tmp_path: Path) -> None:
+    """Before: driver "ok" (modes not read); the pod failed with NVML's words and doctor --pod said "exited 255"."""
+    sim_fault("nvidiactl-0600")(fleet)
+    try:
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("driver", "device-mode"), found
+        assert "stat -c %a /dev/nvidiactl: 600" in found["evidence"] and "chmod 0666 /dev/nvidiactl" in found["fix"]
+        assert ("node01", "driver") in failing(verify(fleet, tmp_path)[1])
+        output = run_pod(fleet, "nonroot", "--run-as-user", "1000", "--node-selector", "accelerator=nvidia-a100",
+                         "--", "nvidia-smi", "-L")
+        assert "Failed to initialize NVML: Insufficient Permissions" in output, output
+        pod = problem(doctor(fleet, "--pod", "default/nonroot")[1], "pod default/nonroot")
+        assert pod["code"] == "device-permissions" and "node01" in pod["fix"], pod
+        root = run_pod(fleet, "asroot", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
+        assert "on node01: Succeeded" in root, root  # root still opens it: the fault is the mode, not the device
+    finally:
+        clear_fault(fleet)
+        for name in ("nonroot", "asroot"):
+            api(fleet).delete(Pod, name, namespace="default", grace_period=0)
+    wait_for(lambda: doctor(fleet)[0] == 0, 90)
 
 
 def test_missing_nvidia_runtime_fails_the_pod_with_cris_words(fleet: dict, tmp_path: Path) -> None:

@@ -105,6 +105,9 @@ def driver_evidence(state: dict) -> list[str]:
                 + f"), driver_version {gpus[0]['driver_version']}",
                 f"/sys/module/nvidia/version: {state['module_version'] or 'absent'}",
                 f"device nodes: {', '.join(state['devices']) or 'none'}"]
+    modes = state.get("device_modes") or {}
+    if modes:
+        evidence.append("device modes: " + ", ".join(f"{path} {mode}" for path, mode in sorted(modes.items())))
     if state["nvswitch_count"]:
         fm = state["fabricmanager"]
         evidence += [f"/proc/driver/nvidia-nvswitch/devices: {state['nvswitch_count']} NVSwitch(es)",
@@ -157,9 +160,25 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
                              [f"present: {', '.join(state['devices']) or 'none'}"],
                              "run 'nvidia-modprobe -c 0 -u' or 'nvidia-smi' as root once to create them, or "
                              "install the nvidia-persistenced service"))
+    findings += device_mode_checks(state)
     if state["nvswitch_count"]:
         findings += fabric_checks(state, driver)
     return findings
+
+
+def device_mode_checks(state: dict) -> list[Finding]:
+    """The device nodes a container opens must be readable and writable by any user, as the driver creates them
+    (0666, NVreg_DeviceFileMode): a container that does not run as root cannot open them otherwise."""
+    modes = state.get("device_modes") or {}
+    closed = {path: mode for path, mode in sorted(modes.items()) if int(mode[-3:], 8) & 0o006 != 0o006}
+    if not closed:
+        return []
+    return [fail(f"GPU device node(s) not open to every user: {', '.join(closed)}; a container that does not run as "
+                 "root fails with 'Failed to initialize NVML: Insufficient Permissions' (root ones still work)",
+                 [f"stat -c %a {path}: {mode}" for path, mode in closed.items()],
+                 f"chmod 0666 {' '.join(closed)} (until the module reloads); then find what set the mode: "
+                 "'grep -r NVreg_DeviceFileMode /etc/modprobe.d', a udev rule under /etc/udev/rules.d (the driver's "
+                 "default is 0666)", "device-mode")]
 
 
 def fabric_checks(state: dict, driver: str) -> list[Finding]:

@@ -26,6 +26,7 @@ class DriverState(FactBase):
             "module_version": "550.54.15",   # /sys/module/nvidia/version (None: module not loaded)
             "proc_version": "NVRM version: ...",
             "devices": ["/dev/nvidiactl", "/dev/nvidia0", ...],
+            "device_modes": {"/dev/nvidiactl": "666", ...},   # as stat -c %a printed them
             "modules": ["nvidia", "nvidia_uvm", ...],   # nvidia* and nouveau from lsmod
             "nvswitch_count": 0,
             "fabricmanager": {"active": "active", "version": "550.54.15"},
@@ -44,7 +45,8 @@ class DriverState(FactBase):
             section("module"), "cat /sys/module/nvidia/version 2>/dev/null",
             section("proc"), "head -n 1 /proc/driver/nvidia/version 2>/dev/null",
             section("devices"),
-            "for d in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia[0-9]*; do [ -c \"$d\" ] && echo \"$d\"; done",
+            "for d in /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia[0-9]*; do [ -c \"$d\" ] && "
+            "{ stat -c '%a %n' \"$d\" 2>/dev/null || echo \"$d\"; }; done",
             section("modules"),
             "lsmod 2>/dev/null | awk 'NR>1 && ($1 ~ /^nvidia/ || $1 == \"nouveau\") {print $1}'",
             section("nvswitch"),
@@ -85,11 +87,18 @@ class DriverState(FactBase):
         module = parts.get("module", [])
         proc = parts.get("proc", [])
         switches = parts.get("nvswitch", ["0"])
+        devices, modes = [], {}
+        for line in parts.get("devices", []):  # "MODE PATH" as stat prints it, or the path alone
+            mode, _, path = line.strip().rpartition(" ")
+            devices.append(path)
+            if mode.isdigit():
+                modes[path] = mode
         return {
             "nvidia_smi": {"rc": rc, "output": smi_lines, "gpus": gpus},
             "module_version": module[0].strip() if module else None,
             "proc_version": proc[0].strip() if proc else None,
-            "devices": parts.get("devices", []),
+            "devices": devices,
+            "device_modes": modes,
             "modules": parts.get("modules", []),
             "nvswitch_count": int(switches[0]) if switches and switches[0].strip().isdigit() else 0,
             "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},

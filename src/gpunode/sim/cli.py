@@ -336,8 +336,9 @@ def cluster(context: str) -> None:
 @click.option("--node-selector", multiple=True, metavar="KEY=VALUE", help="nodeSelector entry; repeatable.")
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for the pod to end.")
+@click.option("--run-as-user", type=int, help="securityContext.runAsUser of the container (a non-root user).")
 def run_pod(name: str, command: tuple[str, ...], gpus: int, runtime_class: str, node_selector: tuple[str, ...],
-            namespace: str, timeout: float) -> None:
+            namespace: str, timeout: float, run_as_user: int | None) -> None:
     """Run a pod on the simulated cluster (like kubectl run), wait for it and print its output.
 
     The container uses the fleet's local image (busybox and a CUDA-style probe, cuda-probe).
@@ -362,6 +363,8 @@ def run_pod(name: str, command: tuple[str, ...], gpus: int, runtime_class: str, 
     container = {"name": "main", "image": "gpunode-workload:1", "command": list(command) or ["cuda-probe"]}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    if run_as_user is not None:
+        container["securityContext"] = {"runAsUser": run_as_user}
     spec: dict = {"restartPolicy": "Never", "containers": [container]}
     if runtime_class:
         spec["runtimeClassName"] = runtime_class

@@ -51,6 +51,8 @@ FAULTS = {
     "no-gpu": "the driver is loaded but no GPU initialised: 'No devices were found'",
     "fabricmanager-down": "NVSwitch node whose nvidia-fabricmanager is stopped: fabric state In Progress",
     "uvm-missing": "nvidia_uvm is not loaded: no /dev/nvidia-uvm (nvidia-smi works, CUDA cannot initialise)",
+    "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
+                      "that does not run as root gets NVML's 'Insufficient Permissions'",
 }
 
 
@@ -106,6 +108,7 @@ def driver_state(node: str, profile: dict) -> dict:
         "nouveau": "nouveau" in faults,
         "no_devices": "no-gpu" in faults,
         "uvm": "uvm-missing" not in faults,
+        "ctl_mode": 0o600 if "nvidiactl-0600" in faults else 0o666,
         "gpus": gpus,
         "nvswitch_count": switch_count,
         "fabricmanager": {

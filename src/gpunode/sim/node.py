@@ -129,7 +129,8 @@ def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list
     if state["nvswitch_count"]:
         proc["nvidia-nvswitch/devices"] = "".join(
             f"0000:{0x05 + i:02x}:00.0\n" for i in range(state["nvswitch_count"]))
-    devices += [["nvidiactl", NVIDIA_MAJOR, 255, 0o666], ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666]]
+    devices += [["nvidiactl", NVIDIA_MAJOR, 255, state.get("ctl_mode", 0o666)],
+                ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666]]
     if uvm:
         devices += [["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
     return proc, sysmod, devices

@@ -97,6 +97,9 @@ def inject(bundle: str, container: str) -> None:
     lines = "".join(f"GPU {i}: {g['name']} (UUID: {g['uuid']})\\n" for i, g in enumerate(gpus))
     with open(smi, "w") as handle:
         handle.write("#!/bin/sh\n# nvidia-smi of the simulated driver, as mounted by nvidia-container-runtime\n"
+                     "# NVML opens /dev/nvidiactl read-write first; as the real one, fail where this user cannot\n"
+                     "if [ ! -r /dev/nvidiactl ] || [ ! -w /dev/nvidiactl ]; then\n"
+                     "  echo 'Failed to initialize NVML: Insufficient Permissions'; exit 255\nfi\n"
                      f"printf '{lines}'\n")
     os.chmod(smi, 0o755)
     mounts = spec.setdefault("mounts", [])
