@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import tomlkit
 from lightkube import ApiError
-from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Event, Node, Pod
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota
 from lightkube.resources.node_v1 import RuntimeClass
 
 from .conftest import CONTAINERD_DEFAULT, block, gpunode
@@ -366,6 +366,42 @@ def test_lint_says_exactly_what_the_api_server_says(fleet: dict, limits: dict | 
     words = expected[0] if len(expected) == 1 else f"[{', '.join(expected)}]"
     assert caught.value.status.code == 422
     assert caught.value.status.message == f'Pod "bad" is invalid: {words}'
+
+
+def test_a_workload_whose_pods_a_quota_refuses_is_diagnosed_before_any_pod_exists(fleet: dict) -> None:
+    """Before: 'pods "trainer" not found', fix 'kubectl get pods -A'; the quota and FailedCreate never read."""
+    client = api(fleet)
+    client.create(Namespace.from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "quota-ns"}}))
+    try:
+        client.create(ResourceQuota.from_dict({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {
+            "name": "gpu-quota", "namespace": "quota-ns"}, "spec": {"hard": {"requests.nvidia.com/gpu": "0"}}}))
+        wait_for(lambda: (client.get(ResourceQuota, "gpu-quota", namespace="quota-ns").status.hard or {}), 30)
+        client.create(Deployment.from_dict({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {
+            "name": "trainer", "namespace": "quota-ns"}, "spec": {
+            "replicas": 1, "selector": {"matchLabels": {"app": "trainer"}}, "template": {
+                "metadata": {"labels": {"app": "trainer"}}, "spec": {
+                    "runtimeClassName": "nvidia", "terminationGracePeriodSeconds": 0, "containers": [{
+                        "name": "main", "image": "gpunode-workload:1", "command": ["sleep", "3600"],
+                        "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}))
+        wait_for(lambda: any(e.reason == "FailedCreate" for e in client.list(Event, namespace="quota-ns")), 60)
+        for reference in ("quota-ns/trainer", "quota-ns/deployment/trainer"):
+            found = problem(doctor(fleet, "--pod", reference)[1], f"pod {reference}")
+            assert found["code"] == "quota-exceeded", found
+            evidence = " | ".join(found["evidence"])
+            assert "is forbidden: exceeded quota: gpu-quota, requested: requests.nvidia.com/gpu=1" in evidence
+            assert "resourcequota gpu-quota: requests.nvidia.com/gpu used 0 of 0" in evidence
+        client.patch(ResourceQuota, "gpu-quota", {"spec": {"hard": {"requests.nvidia.com/gpu": "1"}}},
+                     namespace="quota-ns")
+        wait_for(lambda: list(client.list(Pod, namespace="quota-ns")), 90)
+        report = doctor(fleet, "--pod", "quota-ns/trainer")[1]
+        links = report["links"]["pod quota-ns/trainer"]
+        assert links[0]["evidence"][0].startswith("deployment quota-ns/trainer: diagnosing its pod quota-ns/trainer-"), \
+            links
+        missing = gpunode("doctor", INVENTORY, "--pod", "quota-ns/nothing", env=fleet["env"], check=False)
+        assert 'no pod or workload named "nothing" in namespace quota-ns' in missing.stdout + missing.stderr
+    finally:
+        client.delete(Namespace, "quota-ns")
+        wait_for(lambda: not list(client.list(Pod, namespace="quota-ns")), 90)  # its GPU free for the next tests
 
 
 def test_a_pod_without_runtime_class_gets_no_gpu_and_doctor_says_why(fleet: dict) -> None:

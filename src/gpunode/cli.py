@@ -291,7 +291,8 @@ def check(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], as_json
 @cli.command()
 @click.argument("inventory", type=click.Path(dir_okay=False))
 @click.option("--node", help="Only this inventory host.")
-@click.option("--pod", metavar="NS/NAME", help="Also explain this pod (Pending, not starting, no GPU).")
+@click.option("--pod", metavar="NS/NAME", help="Also explain this pod (Pending, not starting, no GPU), or the "
+              "workload of that name (NS/KIND/NAME names one: why it has no pod).")
 @click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")

@@ -15,7 +15,7 @@ checked" with why (an earlier link is broken, or the link does not apply).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
@@ -23,8 +23,11 @@ from lightkube.resources.node_v1 import RuntimeClass
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import RUNTIME_CLASS, ManifestSettings
 from gpunode.diagnosis import Finding, Severity, pods
+from gpunode.diagnosis import workloads as workload_diagnosis
+from gpunode.diagnosis.workloads import KINDS as WORKLOAD_KINDS
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import DAEMONSET
+from gpunode.facts import workloads
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.settings import NodeSettings
 from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
@@ -179,11 +182,58 @@ def event_moment(event: Event) -> int:
 
 
 def pod_findings(reference: str, settings: ClusterSettings, verification: Verification) -> list[Finding]:
-    """The pod's first broken link, or the proof of each link it passed (and what could not be checked)."""
-    namespace, _, name = reference.partition("/")
-    if not name:
-        raise GpunodeError(f"--pod {reference!r} is not NAMESPACE/NAME", "write it like default/trainer-0")
+    """The pod's first broken link, or the proof of each link it passed (and what could not be checked).
 
+    ``reference`` is NAMESPACE/NAME (a pod, else a workload of that name) or NAMESPACE/KIND/NAME (a workload):
+    a workload's most troubled pod is diagnosed, and a workload without pods gets its controller's refusal."""
+    parts = reference.split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise GpunodeError(f"--pod {reference!r} is not NAMESPACE/NAME or NAMESPACE/KIND/NAME",
+                           "write it like default/trainer-0 or ml/deployment/trainer")
+    namespace, name = parts[0], parts[-1]
+    kind = workloads.kind_of(parts[1]) if len(parts) == 3 else None
+    if len(parts) == 3 and kind is None:
+        raise GpunodeError(f"--pod {reference!r}: {parts[1]!r} is not a workload kind",
+                           f"use one of {', '.join(k.lower() for k in WORKLOAD_KINDS)}")
+
+    def find(client):
+        pod = get_or_none(client, Pod, name, namespace) if kind is None else None
+        if pod is not None:
+            return name, None
+        found = workloads.find(client, namespace, name, kind)
+        if found is None:
+            return None
+        view, owned = workloads.read(client, namespace, *found)
+        return (pick(owned).metadata.name if owned else None), (view, len(owned))
+
+    located = api_call(settings, f"read pod or workload {reference}", find)
+    if located is None:
+        raise GpunodeError(f'no pod or workload named "{name}" in namespace {namespace}' if kind is None else
+                           f'{kind.lower()} "{name}" not found in namespace {namespace}',
+                           f"kubectl -n {namespace} get pods,deployments,statefulsets,jobs lists them "
+                           "(--pod NAMESPACE/KIND/NAME names a workload)")
+    pod_name, workload = located
+    if pod_name is None:
+        return workload_diagnosis.diagnose(workload[0])
+    findings = one_pod_findings(namespace, pod_name, settings, verification)
+    if workload is None:
+        return findings
+    view, count = workload
+    line = f"{view.title}: diagnosing its pod {namespace}/{pod_name} ({count} pod(s))"
+    return [replace(f, evidence=[line, *f.evidence]) for f in findings]
+
+
+def pick(owned: list) -> object:
+    """The pod that tells most: the first not running and ready (nor done), else the oldest."""
+    def healthy(pod) -> bool:
+        phase = pod.status.phase if pod.status else ""
+        return phase == "Succeeded" or (phase == "Running" and all(
+            c.ready for c in (pod.status.containerStatuses or [])))
+    return next((p for p in owned if not healthy(p)), owned[0])
+
+
+def one_pod_findings(namespace: str, name: str, settings: ClusterSettings,
+                     verification: Verification) -> list[Finding]:
     def read(client):
         pod = get_or_none(client, Pod, name, namespace)
         if pod is None:
@@ -198,7 +248,7 @@ def pod_findings(reference: str, settings: ClusterSettings, verification: Verifi
                     for p in client.list(Pod, namespace="*")]
         return pod, events, log, nodes, everyone
 
-    found = api_call(settings, f"read pod {reference}", read)
+    found = api_call(settings, f"read pod {namespace}/{name}", read)
     if found is None:
         raise GpunodeError(f'pods "{name}" not found in namespace {namespace}', "kubectl get pods -A lists them")
     pod, events, log, nodes, everyone = found

@@ -4,7 +4,9 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
 
 * cluster-wide (a ClusterRole): nodes (read, list, label, cordon), pods (read, list: doctor ``--pod`` and the
   reboot's drain look in every namespace), evictions (the drain), pod logs and events (doctor ``--pod`` reads the
-  pod's own output and events, doctor the plugin pods'), the plugin's namespace and the ``nvidia`` RuntimeClass by
+  pod's own output and events, doctor the plugin pods'), a workload named instead of a pod and what refuses its
+  pods (doctor ``--pod``: deployments, statefulsets, replicasets, jobs, resource quotas, limit ranges), the plugin's
+  namespace and the ``nvidia`` RuntimeClass by
   name (read, apply and delete), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
 * in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies (and deletes:
   ``gpunode undo``), and the plugin's pods (delete: a plugin restart).
@@ -58,6 +60,13 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("", "namespaces", ("get", "patch"), (namespace,)),
         Rule("node.k8s.io", "runtimeclasses", ("get", "create", "patch", "delete"), (RUNTIME_CLASS,)),
         Rule("apps", "daemonsets", ("list",)),  # NVIDIA's device plugin or GFD already on the nodes? (coexistence)
+        # doctor --pod of a workload whose pods are missing: the workload, its ReplicaSets, the namespace's quotas
+        Rule("apps", "deployments", ("get",)),
+        Rule("apps", "statefulsets", ("get",)),
+        Rule("apps", "replicasets", ("get", "list")),
+        Rule("batch", "jobs", ("get",)),
+        Rule("", "resourcequotas", ("list",)),
+        Rule("", "limitranges", ("list",)),
     ]
 
 

@@ -5,6 +5,7 @@ a CDI spec where its mode is cdi)."""
 from __future__ import annotations
 
 from gpunode.diagnosis import Finding, Severity, with_proof
+from gpunode.facts.toolkit import CDI_DIRS
 from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings
 
 STEP = "toolkit"
@@ -75,8 +76,8 @@ def cdi_findings(state: dict) -> list[Finding]:
         return []
     return [Finding(STEP, Severity.FAIL, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
                     "devices: GPU containers fail with 'unresolvable CDI devices'",
-                    [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "cdi"',
-                     "grep -l nvidia.com/gpu /etc/cdi/* /var/run/cdi/*: no file"],
+                    [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"',
+                     f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: {len(state.get('cdi_specs') or [])}"],
                     "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (again after every driver change)",
                     code="toolkit-cdi-spec-missing")]
 
