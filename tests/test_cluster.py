@@ -300,3 +300,17 @@ def test_a_count_the_kubelet_kept_after_its_plugin_went_away_is_no_proof() -> No
     finding = plugin_diagnosis.diagnose(ROLLED, PluginPodState("n1"), node, FOUR, "ns")[0]
     assert finding.code == "plugin-not-scheduled"
     assert finding.what.startswith("n1 still shows 4 allocatable nvidia.com/gpu, which the kubelet keeps a while")
+
+
+def test_a_crash_looping_plugin_on_a_mig_node_is_never_not_checked() -> None:
+    """Before: MIG on, no MIG device, strategy single: "not checked" (count unknown) while the plugin crash-looped."""
+    offer = expected_offer([{"index": 0, "mig_mode": "Enabled"}, {"index": 1, "mig_mode": "Enabled"}], "single", None)
+    assert offer.count is None
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "0"})
+    said = "mig-strategy single: every MIG-enabled GPU needs at least one MIG device"
+    pod = PluginPodState("n1", "p-1", "Running", False, "CrashLoopBackOff", 4, 1, (said,))
+    findings = plugin_diagnosis.diagnose(ROLLED, pod, node, offer, "ns")
+    assert [(f.severity, f.code) for f in findings] == [(Severity.FAIL, "plugin-crashloop")]
+    assert f"log: {said}" in findings[0].evidence and "nvidia-smi mig -cgi" in findings[0].fix
+    healthy = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
+    assert [f.code for f in healthy] == ["count-unknown"]  # a ready plugin: the count alone is what is unknown

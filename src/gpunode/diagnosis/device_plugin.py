@@ -24,6 +24,15 @@ def allocatable_gpus(node: NodeLabelsState) -> int:
     return allocatable_of(node, RESOURCE)
 
 
+def plugin_pod_evidence(pod: PluginPodState, namespace: str) -> list[str]:
+    """The plugin pod as read: phase, restarts, its last log lines (its own words) and warning events."""
+    evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
+                + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
+                + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]
+    evidence += [f"log: {line}" for line in pod.log_tail if line.strip()]
+    return evidence + [f"event {line}" for line in pod.warnings]
+
+
 def other_nvidia(node: NodeLabelsState, resource: str) -> dict[str, int]:
     """The node's other nvidia.com/ resources it offers (a renamed or MIG resource), with their counts."""
     return {name: allocatable_of(node, name) for name in sorted(node.allocatable)
@@ -33,6 +42,10 @@ def other_nvidia(node: NodeLabelsState, resource: str) -> dict[str, int]:
 def crash_fix(pod: PluginPodState, namespace: str) -> str:
     """The fix the plugin's own last words point at."""
     said = " ".join(pod.log_tail)
+    if "mig-strategy single" in said or "MIG device" in said:
+        return ("the GPUs' MIG layout does not fit the plugin's MIG strategy (its words above): create MIG instances "
+                "(nvidia-smi mig -cgi <profiles> -C) or turn MIG mode off (nvidia-smi -mig 0, then reset the GPU), or "
+                "set plugin_mig_strategy to mixed (several profiles) or none, and re-run deploys/device_plugin.py")
     if "socket directory" in said:
         return ("the DaemonSet must mount the host's /var/lib/kubelet/device-plugins (hostPath, type Directory) and "
                 "run as root: re-run deploys/device_plugin.py (gpunode's manifest does both)")
@@ -134,6 +147,11 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     if offer.count is None:
         if node.unschedulable:
             return [cordoned(node, evidence)]
+        if pod.exists and (pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready)):
+            # whatever the count should be, a crash-looping plugin offers nothing new: never "not checked"
+            return [Finding(STEP, Severity.FAIL, f"{node.name} offers {have} allocatable {resource}: the device "
+                            "plugin keeps crashing there", evidence + [offer.basis] + plugin_pod_evidence(pod, namespace),
+                            crash_fix(pod, namespace), code="plugin-crashloop")]
         offered = [f"kubectl get node {node.name}: allocatable {name}={count}"
                    for name, count in other_nvidia(node, "").items()]
         return [Finding(STEP, Severity.SKIP, f"how many GPU resources {node.name} must offer: {offer.basis}",
@@ -156,11 +174,7 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         code="plugin-missing")]
     if not pod.exists:
         return [not_scheduled(what, evidence, rollout, node, namespace)]
-    pod_evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
-                    + f", ready={str(pod.ready).lower()}, restarts={pod.restarts}"
-                    + (f", last exit code {pod.last_exit}" if pod.last_exit is not None else "")]
-    pod_evidence += [f"log: {line}" for line in pod.log_tail if line.strip()]
-    pod_evidence += [f"event {line}" for line in pod.warnings]
+    pod_evidence = plugin_pod_evidence(pod, namespace)
     sandbox = next((w for w in pod.warnings if w.startswith("FailedCreatePodSandBox")), None)
     if sandbox and not pod.ready and not pod.restarts:
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin's pod cannot start there (the runtime "
