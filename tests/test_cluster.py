@@ -314,3 +314,21 @@ def test_a_crash_looping_plugin_on_a_mig_node_is_never_not_checked() -> None:
     assert f"log: {said}" in findings[0].evidence and "nvidia-smi mig -cgi" in findings[0].fix
     healthy = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
     assert [f.code for f in healthy] == ["count-unknown"]  # a ready plugin: the count alone is what is unknown
+
+
+def test_a_gpu_the_plugin_marked_unhealthy_is_named_with_its_reason() -> None:
+    """Before: "some GPUs unhealthy (Xid) or missing": neither the GPU nor the cause named."""
+    from gpunode.facts.device_plugin import unhealthy_devices
+
+    log = ['2026-12-03 06:50:01,002 WARNING gpunode_plugin.health: device GPU-1a of nvidia.com/gpu unhealthy: '
+           'double-bit ECC error',
+           '{"ts": "2026-12-03T06:50:02", "level": "WARNING", "logger": "gpunode_plugin.health", '
+           '"msg": "device GPU-2b of nvidia.com/gpu unhealthy: Xid 79"}', "registered nvidia.com/gpu"]
+    devices = unhealthy_devices(log)
+    assert devices == (("GPU-1a", "nvidia.com/gpu", "double-bit ECC error"), ("GPU-2b", "nvidia.com/gpu", "Xid 79"))
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "2"})
+    pod = PluginPodState("n1", "p-1", "Running", True, unhealthy=devices[:1])
+    finding = plugin_diagnosis.diagnose(ROLLED, pod, node, FOUR, "ns")[0]
+    assert finding.code == "gpus-unhealthy" and "GPU-1a (double-bit ECC error)" in finding.what
+    assert "plugin log: device GPU-1a of nvidia.com/gpu unhealthy: double-bit ECC error" in finding.evidence
+    assert "PAGE_RETIREMENT" in finding.fix

@@ -255,6 +255,26 @@ def test_a_rollout_that_places_no_pod_on_the_gpu_nodes_is_not_done(fleet: dict, 
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 
+def test_a_gpu_with_a_double_bit_ecc_error_is_named_with_the_plugins_words(fleet: dict) -> None:
+    """Before: "some GPUs unhealthy (Xid) or missing": neither the GPU nor the cause named."""
+    client = api(fleet)
+    uuid = ssh(fleet, "node01", "nvidia-smi -L").splitlines()[1].split("UUID: ")[1].rstrip(")")
+    events = "/run/gpunode-sim/events/health-events"
+    ssh(fleet, "node01", f"echo '{uuid} ecc' >> {events}")
+    try:
+        wait_for(lambda: client.get(Node, "node01").status.allocatable.get("nvidia.com/gpu") == "3", 60)
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("device_plugin", "gpus-unhealthy"), found
+        assert f"{uuid} (double-bit ECC error)" in found["what"], found
+        assert f"plugin log: device {uuid} of nvidia.com/gpu unhealthy: double-bit ECC error" in found["evidence"]
+        assert "PAGE_RETIREMENT" in found["fix"]
+    finally:
+        ssh(fleet, "node01", f": > {events}")
+        for pod in client.list(Pod, namespace=NAMESPACE, fields={"spec.nodeName": "node01"}):
+            client.delete(Pod, pod.metadata.name, namespace=NAMESPACE)  # NVIDIA's plugin too needs a restart
+    wait_for(lambda: doctor(fleet)[0] == 0, 90)
+
+
 def test_a_cordoned_gpu_node_and_the_pods_it_keeps_pending(fleet: dict) -> None:
     """Before: a node gpunode cordoned (with its reason) was reported "ok"."""
     client = api(fleet)

@@ -24,6 +24,21 @@ def allocatable_gpus(node: NodeLabelsState) -> int:
     return allocatable_of(node, RESOURCE)
 
 
+def unhealthy_fix(devices: tuple[tuple[str, str, str], ...]) -> str:
+    """What to do about the GPUs the plugin marked unhealthy, from the reason it logged."""
+    reasons = " ".join(reason for _, _, reason in devices)
+    uuids = " ".join(device for device, _, _ in devices)
+    if "ECC" in reasons or "Xid 48" in reasons or "Xid 63" in reasons or "Xid 64" in reasons:
+        return (f"memory errors on {uuids}: drain the node, then 'nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER' "
+                "shows whether a reset retires the pages ('nvidia-smi -r -i <index>' or a reboot); a GPU whose "
+                "remapping failed goes back to the vendor")
+    if "Xid 79" in reasons or "Xid 74" in reasons or "Xid 94" in reasons or "Xid 95" in reasons:
+        return (f"{uuids}: drain the node and reset the GPU ('nvidia-smi -r -i <index>') or reboot; the plugin "
+                "offers it again once healthy")
+    return (f"{uuids}: read the node's kernel log (dmesg | grep -i xid) for the Xid's meaning; drain and reset the GPU "
+            "or reboot the node if it repeats")
+
+
 def plugin_pod_evidence(pod: PluginPodState, namespace: str) -> list[str]:
     """The plugin pod as read: phase, restarts, its last log lines (its own words) and warning events."""
     evidence = [f"pod {namespace}/{pod.name}: {pod.phase}" + (f", {pod.waiting}" if pod.waiting else "")
@@ -202,6 +217,12 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         "plugin_mig_strategy): re-run deploys/device_plugin.py, or set plugin_config to what the "
                         "node should offer; pods must ask for the resource the node offers",
                         code="resource-name-differs")]
+    if pod.unhealthy:
+        named = ", ".join(f"{device} ({reason})" for device, _, reason in pod.unhealthy)
+        return [Finding(STEP, Severity.FAIL, f"{what}: the plugin marked {len(pod.unhealthy)} device(s) unhealthy: "
+                        f"{named}", evidence + [f"plugin log: device {device} of {resource_name} unhealthy: {reason}"
+                                                for device, resource_name, reason in pod.unhealthy] + pod_evidence,
+                        unhealthy_fix(pod.unhealthy), code="gpus-unhealthy")]
     cause = ("it registered no healthy GPUs (NVML failing, or every GPU marked unhealthy by Xid events)" if have == 0
              else "some GPUs are marked unhealthy (Xid events) or missing from NVML")
     return [Finding(STEP, Severity.FAIL, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,

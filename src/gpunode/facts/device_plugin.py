@@ -7,6 +7,9 @@ does not show up as allocatable can be pinned on a cause.
 
 from __future__ import annotations
 
+import json
+import re
+
 from dataclasses import dataclass, field
 
 from lightkube.resources.apps_v1 import DaemonSet
@@ -58,6 +61,7 @@ class PluginPodState:
     last_exit: int | None = None
     log_tail: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # the pod's last Warning events, "Reason: message", when it is not ready
+    unhealthy: tuple[tuple[str, str, str], ...] = ()  # (device, resource, reason) the plugin logged as unhealthy
 
     @property
     def exists(self) -> bool:
@@ -85,6 +89,25 @@ def toleration_text(toleration: object) -> str:
     if not key:
         return "*"
     return f"{key}{'=' + value if value else ''}:{effect}"
+
+
+UNHEALTHY_LINE = re.compile(r"device (?P<device>\S+) of (?P<resource>\S+) unhealthy: (?P<reason>.+)$")
+
+
+def unhealthy_devices(lines: list[str]) -> tuple[tuple[str, str, str], ...]:
+    """The devices the plugin logged unhealthy (text or JSON log lines), the last word per device kept."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for line in lines:
+        text = line.strip()
+        if text.startswith("{"):
+            try:
+                text = str(json.loads(text).get("msg", ""))
+            except ValueError:
+                pass
+        match = UNHEALTHY_LINE.search(text)
+        if match:
+            found[match.group("device")] = (match.group("device"), match.group("resource"), match.group("reason"))
+    return tuple(found.values())
 
 
 def last_words(lines: list[str]) -> tuple[str, ...]:
@@ -127,8 +150,10 @@ def pod_ready(pod: Pod | None) -> bool:
     return bool(statuses and statuses[0].ready)
 
 
-def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: Pod | None) -> PluginPodState:
-    """The pod's state; for a pod that is not ready, its last log lines and Warning events too (read then)."""
+def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: Pod | None,
+                     read_log: bool = False) -> PluginPodState:
+    """The pod's state; for a pod that is not ready (or with ``read_log``: its node offers fewer GPUs than it
+    should), its last log lines too, and the devices it logged unhealthy; Warning events when not ready."""
     if pod is None:
         return PluginPodState(node)
     statuses = (pod.status.containerStatuses or []) if pod.status else []
@@ -136,10 +161,12 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
     waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""
     terminated = container.lastState.terminated if container and container.lastState else None
     log_tail: tuple[str, ...] = ()
-    if container and not container.ready:
+    lines: list[str] = []
+    if container and (not container.ready or read_log):
         try:
-            log_tail = tuple(api_call(settings, f"read the log of {pod.metadata.name}", lambda client: list(
-                client.log(pod.metadata.name, namespace=namespace, tail_lines=20)))[-5:])
+            lines = api_call(settings, f"read the log of {pod.metadata.name}", lambda client: list(
+                client.log(pod.metadata.name, namespace=namespace, tail_lines=200)))
+            log_tail = tuple(lines[-5:])
         except GpunodeError:  # no log yet (its container has not started): the state above says why
             log_tail = ()
     warnings: tuple[str, ...] = ()
@@ -148,7 +175,7 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,
-                          last_words(log_tail), warnings)
+                          last_words(log_tail), warnings, unhealthy_devices(lines))
 
 
 def pod_warnings(settings: ClusterSettings, namespace: str, name: str, keep: int = 3) -> tuple[str, ...]:

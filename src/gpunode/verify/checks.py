@@ -104,15 +104,17 @@ class ClusterView:
                 self.foreign_lists[key] = read_foreign(settings)
             return self.foreign_lists[key]
 
-    def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
-        """The node's plugin pod from one list of the plugin's pods per verification."""
+    def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str,
+                   read_log: bool = False) -> PluginPodState:
+        """The node's plugin pod from one list of the plugin's pods per verification (its log read where the node
+        offers fewer GPUs than it should, or the pod is not ready)."""
         key = (str(settings.kubeconfig_path), settings.kube_context, namespace)
         with self.lock:
             if key not in self.plugin_pods:
                 self.plugin_pods[key] = read_plugin_pods(settings, namespace)
             pod = self.plugin_pods[key].get(node)
         # a pod being deleted (a taint evicting it, no successor yet) is not the node's plugin at this moment
-        return plugin_pod_state(settings, namespace, node, None if being_deleted(pod) else pod)
+        return plugin_pod_state(settings, namespace, node, None if being_deleted(pod) else pod, read_log)
 
     def judge(self, host: str, data: dict, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
         """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
@@ -148,8 +150,10 @@ class ClusterView:
             manifests = ManifestSettings.from_data(data)
             namespace = manifests.namespace
             offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
+            short = offer.count is not None and device_plugin.allocatable_of(node, offer.resource) < offer.count
             findings = device_plugin.diagnose(self.rollout(settings, namespace),
-                                              self.plugin_pod(settings, namespace, name), node, offer, namespace)
+                                              self.plugin_pod(settings, namespace, name, read_log=short), node, offer,
+                                              namespace)
             if registrar is not None:
                 findings = [device_plugin.two_registrars(name, registrar.reference, registrar.pods[name], namespace),
                             *findings]
