@@ -332,3 +332,12 @@ def test_a_gpu_the_plugin_marked_unhealthy_is_named_with_its_reason() -> None:
     assert finding.code == "gpus-unhealthy" and "GPU-1a (double-bit ECC error)" in finding.what
     assert "plugin log: device GPU-1a of nvidia.com/gpu unhealthy: double-bit ECC error" in finding.evidence
     assert "PAGE_RETIREMENT" in finding.fix
+
+
+def test_a_plugin_waiting_for_a_kubelet_socket_that_never_comes_is_told_where_to_look() -> None:
+    said = ("2026-12-03 06:50:01,002 WARNING gpunode_plugin.manager: kubelet socket "
+            "/var/lib/kubelet/device-plugins/kubelet.sock not there yet: will register when it appears")
+    pod = PluginPodState("n1", "p-1", "Running", False, log_tail=(said,))
+    finding = plugin_diagnosis.diagnose(ROLLED, pod, NODE, FOUR, "ns")[0]
+    assert finding.code == "plugin-not-ready" and f"log: {said}" in finding.evidence
+    assert "hostPath must be the kubelet's device-plugins folder" in finding.fix

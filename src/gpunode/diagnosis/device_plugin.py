@@ -199,8 +199,13 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
                         crash_fix(pod, namespace), code="plugin-crashloop")]
     if not pod.ready:
+        said = " ".join(pod.log_tail)
+        fix = (f"the plugin waits for the kubelet's socket in a folder the kubelet does not use: the DaemonSet's "
+               "hostPath must be the kubelet's device-plugins folder (/var/lib/kubelet/device-plugins, or "
+               "<kubelet --root-dir>/device-plugins); re-run deploys/device_plugin.py (gpunode's manifest mounts it)"
+               if "kubelet socket" in said and "not there yet" in said else f"kubectl -n {namespace} logs {pod.name}")
         return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
-                        f"kubectl -n {namespace} logs {pod.name}", code="plugin-not-ready")]
+                        fix, code="plugin-not-ready")]
     if have > (offer.count or 0):
         return [Finding(STEP, Severity.FAIL, f"{what}: more than the inventory's plugin configuration gives; the "
                         "running plugin shares the GPUs (time-slicing) or counts them otherwise",
