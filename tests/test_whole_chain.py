@@ -534,6 +534,18 @@ def test_a_device_node_closed_to_other_users_fails_non_root_gpu_containers(fleet
     wait_for(lambda: doctor(fleet)[0] == 0, 90)
 
 
+def test_an_image_that_needs_a_newer_cuda_than_the_driver_is_named(fleet: dict) -> None:
+    """Before: the runtime stand-in ignored NVIDIA_REQUIRE_CUDA and the pod succeeded; doctor had no words for it."""
+    output = run_pod(fleet, "needs-cuda13", "--env", "NVIDIA_REQUIRE_CUDA=cuda>=13.0", "--node-selector",
+                     "accelerator=nvidia-a100", "--timeout", "30", "--", "nvidia-smi", "-L")
+    try:
+        assert "requirement error: unsatisfied condition: cuda>=13.0, please update your driver" in output, output
+        found = problem(doctor(fleet, "--pod", "default/needs-cuda13")[1], "pod default/needs-cuda13")
+        assert found["code"] == "driver-too-old-for-image" and "node01" in found["fix"], found
+    finally:
+        api(fleet).delete(Pod, "needs-cuda13", namespace="default", grace_period=0)
+
+
 def test_missing_nvidia_runtime_fails_the_pod_with_cris_words(fleet: dict, tmp_path: Path) -> None:
     ssh(fleet, "node01", f"{CONTAINERD_DEFAULT} > /etc/containerd/config.toml; "
                          "rm -f /etc/containerd/conf.d/99-nvidia.toml; systemctl restart containerd")

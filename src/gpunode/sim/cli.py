@@ -337,8 +337,10 @@ def cluster(context: str) -> None:
 @click.option("--namespace", default="default", show_default=True)
 @click.option("--timeout", type=float, default=60, show_default=True, help="Seconds to wait for the pod to end.")
 @click.option("--run-as-user", type=int, help="securityContext.runAsUser of the container (a non-root user).")
+@click.option("--env", "env_vars", multiple=True, metavar="KEY=VALUE",
+              help="Environment of the container (e.g. NVIDIA_REQUIRE_CUDA=cuda>=12.6); repeatable.")
 def run_pod(name: str, command: tuple[str, ...], gpus: int, runtime_class: str, node_selector: tuple[str, ...],
-            namespace: str, timeout: float, run_as_user: int | None) -> None:
+            namespace: str, timeout: float, run_as_user: int | None, env_vars: tuple[str, ...]) -> None:
     """Run a pod on the simulated cluster (like kubectl run), wait for it and print its output.
 
     The container uses the fleet's local image (busybox and a CUDA-style probe, cuda-probe).
@@ -365,6 +367,11 @@ def run_pod(name: str, command: tuple[str, ...], gpus: int, runtime_class: str, 
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
     if run_as_user is not None:
         container["securityContext"] = {"runAsUser": run_as_user}
+    bad = [item for item in env_vars if "=" not in item]
+    if bad:
+        raise GpunodeError(f"--env {bad[0]!r} is not KEY=VALUE", "write it like --env NVIDIA_REQUIRE_CUDA=cuda>=12.6")
+    if env_vars:
+        container["env"] = [{"name": k, "value": v} for k, v in (item.split("=", 1) for item in env_vars)]
     spec: dict = {"restartPolicy": "Never", "containers": [container]}
     if runtime_class:
         spec["runtimeClassName"] = runtime_class

@@ -17,7 +17,10 @@ Before injecting it reads the toolkit's config.toml as the real hook does, and f
 the way the real stack fails where the host cannot do what that file asks: an
 ``ldconfig = "@<path>"`` whose host path does not exist fails every GPU container
 with nvidia-container-cli's words, written to the runtime's log as runc writes a
-failed hook, so containerd reports it as "OCI runtime create failed".
+failed hook, so containerd reports it as "OCI runtime create failed". Likewise an
+image whose NVIDIA_REQUIRE_CUDA the node's driver does not meet (``cuda>=X`` and
+``driver`` terms; space-separated alternatives, comma-separated terms that must
+all hold; ``NVIDIA_DISABLE_REQUIRE`` turns the check off, as for the real hook).
 """
 
 import datetime
@@ -48,6 +51,37 @@ def check_config() -> None:
     if ldconfig.startswith("@") and not os.path.exists(ldconfig[1:]):
         raise HookFailed(f"nvidia-container-cli: ldcache error: open failed: {ldconfig[1:]}: no such file or "
                          "directory")
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def term_holds(term: str, facts: dict[str, str]) -> bool:
+    for op in (">=", "<=", "=", ">", "<"):
+        name, found, wanted = term.partition(op)
+        if found:
+            have = facts.get(name.strip())
+            if have is None:
+                return False  # brand, arch: not simulated, so never satisfied here
+            a, b = version_key(have), version_key(wanted.strip())
+            return {">=": a >= b, "<=": a <= b, "=": a == b, ">": a > b, "<": a < b}[op]
+    return False
+
+
+def check_require(env: dict[str, str], state: dict) -> None:
+    """NVIDIA_REQUIRE_CUDA as nvidia-container-cli judges it against the driver."""
+    if env.get("NVIDIA_DISABLE_REQUIRE", "").lower() in ("1", "true", "yes"):
+        return
+    require = env.get("NVIDIA_REQUIRE_CUDA", "").split()
+    if not require:
+        return
+    facts = {"cuda": str(state.get("cuda_version", "")), "driver": str(state.get("driver_version", ""))}
+    if any(all(term_holds(term, facts) for term in group.split(",")) for group in require):
+        return
+    first = next((term for group in require for term in group.split(",") if term.startswith("cuda")), require[0])
+    raise HookFailed(f"nvidia-container-cli: requirement error: unsatisfied condition: {first}, please update your "
+                     "driver to a newer version, or use an earlier cuda container")
 
 
 def fail_as_runc(argv: list[str], error: HookFailed) -> None:
@@ -90,6 +124,9 @@ def inject(bundle: str, container: str) -> None:
     if chosen is None:
         return
     check_config()
+    with open(STATE) as handle:
+        check_require(dict(item.split("=", 1) for item in spec.get("process", {}).get("env", []) if "=" in item),
+                      json.load(handle))
     gpus = selected_gpus(chosen, spec.get("mounts", []))
     folder = os.path.join(SELECTED_DIR, container)
     os.makedirs(folder, exist_ok=True)
