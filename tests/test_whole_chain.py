@@ -454,6 +454,11 @@ NODE_FAULTS = {
     "xid-79": (sim_fault("fallen-off-bus"), "node01", "driver", "fallen off the bus (Xid 79)", clear_fault),
     # before: driver "ok" with /dev/nvidia-uvm absent from its own evidence
     "uvm-missing": (sim_fault("uvm-missing"), "node01", "driver", "nvidia_uvm is not loaded", clear_fault),
+    # before: not injectable (no ECC, retired-pages or remapped-rows data in the nvidia-smi stand-in)
+    "ecc-uncorrectable": (sim_fault("ecc-uncorrectable"), "node01", "driver",
+                          "uncorrectable memory errors, repair pending until a GPU reset", clear_fault),
+    "compute-prohibited": (sim_fault("compute-prohibited"), "node01", "driver", "compute mode Prohibited",
+                           clear_fault),
     "toolkit-removed": (
         lambda fleet: ssh(fleet, "node01", "apt-mark unhold nvidia-container-toolkit nvidia-container-toolkit-base "
                                            ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "

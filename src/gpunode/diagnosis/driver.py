@@ -105,6 +105,10 @@ def driver_evidence(state: dict) -> list[str]:
                 + f"), driver_version {gpus[0]['driver_version']}",
                 f"/sys/module/nvidia/version: {state['module_version'] or 'absent'}",
                 f"device nodes: {', '.join(state['devices']) or 'none'}"]
+    health = state.get("health") or []
+    if health:
+        evidence.append("nvidia-smi ecc.errors.uncorrected.volatile.total, compute_mode: " + ", ".join(
+            f"GPU {row['index']} {row['ecc_uncorrected']} {row['compute_mode']}" for row in health))
     modes = state.get("device_modes") or {}
     if modes:
         evidence.append("device modes: " + ", ".join(f"{path} {mode}" for path, mode in sorted(modes.items())))
@@ -161,8 +165,42 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
                              "run 'nvidia-modprobe -c 0 -u' or 'nvidia-smi' as root once to create them, or "
                              "install the nvidia-persistenced service"))
     findings += device_mode_checks(state)
+    findings += memory_and_compute_checks(state)
     if state["nvswitch_count"]:
         findings += fabric_checks(state, driver)
+    return findings
+
+
+def memory_and_compute_checks(state: dict) -> list[Finding]:
+    """Each GPU's memory fit to use (no uncorrectable ECC error waiting for a reset, no page or row repair pending,
+    no failed row remap) and able to take a CUDA context (compute mode not Prohibited)."""
+    uuids = {gpu["index"]: gpu["uuid"] for gpu in state["nvidia_smi"]["gpus"]}
+    findings = []
+    for row in state.get("health") or []:
+        index = row["index"]
+        where = f"GPU {index} ({uuids.get(index, '?')})"
+        pending = (state.get("remapped_rows") or {}).get(uuids.get(index, ""), {})
+        memory = [f"nvidia-smi ecc.errors.uncorrected.volatile.total: {row['ecc_uncorrected']}"]
+        if row["retired_pending"] is not None:
+            memory.append(f"nvidia-smi retired_pages.pending: {row['retired_pending']}")
+        if pending:
+            memory.append(f"nvidia-smi remapped_rows.pending: {pending['pending']}, failure: {pending['failure']}")
+        if pending.get("failure", "No") not in ("No", "0"):
+            findings.append(fail(f"{where}: a row remap failed: the GPU's memory cannot be repaired", memory,
+                                 f"drain the node; the GPU goes back to the vendor (RMA) with 'nvidia-smi -q -i "
+                                 f"{index}' and the node's Xid lines", "row-remap-failed"))
+        elif (row["ecc_uncorrected"] or 0) > 0 or row["retired_pending"] == "Yes" \
+                or pending.get("pending", "No") not in ("No", "0"):
+            findings.append(fail(f"{where}: uncorrectable memory errors, repair pending until a GPU reset: jobs on "
+                                 "it may fail or read bad data", memory,
+                                 f"drain the node, then 'nvidia-smi -r -i {index}' (or reboot) retires the pages / "
+                                 "remaps the rows; if it happens again, the GPU goes back to the vendor",
+                                 "memory-repair-pending"))
+        if row["compute_mode"] == "Prohibited":
+            findings.append(fail(f"{where}: compute mode Prohibited: no process can create a CUDA context on it",
+                                 [f"nvidia-smi compute_mode: {row['compute_mode']}"],
+                                 f"nvidia-smi -i {index} -c DEFAULT (as root; it does not survive a reboot unless "
+                                 "set again)", "compute-prohibited"))
     return findings
 
 

@@ -14,6 +14,11 @@ QUERY_FIELDS = "index,name,uuid,memory.total,driver_version,pci.bus_id,compute_c
 QUERY_FIELDS_OLD = "index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current"
 
 
+# NVIDIA's documented --query-gpu / --query-remapped-rows field names (nvidia-smi --help-query-gpu)
+HEALTH_FIELDS = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,compute_mode"
+REMAP_FIELDS = "gpu_uuid,remapped_rows.pending,remapped_rows.failure"
+
+
 class DriverState(FactBase):
     """The NVIDIA driver as the node sees it.
 
@@ -27,6 +32,8 @@ class DriverState(FactBase):
             "proc_version": "NVRM version: ...",
             "devices": ["/dev/nvidiactl", "/dev/nvidia0", ...],
             "device_modes": {"/dev/nvidiactl": "666", ...},   # as stat -c %a printed them
+            "health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default"}],
+            "remapped_rows": {"GPU-...": {"pending": "No", "failure": "No"}},   # Ampere and later
             "modules": ["nvidia", "nvidia_uvm", ...],   # nvidia* and nouveau from lsmod
             "nvswitch_count": 0,
             "fabricmanager": {"active": "active", "version": "550.54.15"},
@@ -42,6 +49,12 @@ class DriverState(FactBase):
             " if [ $rc -eq 2 ] && echo \"$out\" | grep -q 'is not a valid field'; then"
             f" out=$(nvidia-smi --query-gpu={QUERY_FIELDS_OLD} --format=csv,noheader,nounits 2>&1); rc=$?; fi;"
             " printf '%s\\n' \"$out\"; echo \"rc=$rc\"; else echo rc=127; fi",
+            section("health"),  # only where nvidia-smi answered: its memory and compute state per GPU
+            f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-gpu={HEALTH_FIELDS} --format=csv,noheader,nounits"
+            " 2>/dev/null; fi",
+            section("remap"),
+            f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-remapped-rows={REMAP_FIELDS} --format=csv,noheader"
+            " 2>/dev/null; fi",
             section("module"), "cat /sys/module/nvidia/version 2>/dev/null",
             section("proc"), "head -n 1 /proc/driver/nvidia/version 2>/dev/null",
             section("devices"),
@@ -63,6 +76,18 @@ class DriverState(FactBase):
 
     def process(self, output: list[str]) -> dict:
         parts = split_sections(output)
+        health = []
+        for line in parts.get("health", []):
+            values = [v.strip() for v in line.split(",")]
+            if len(values) == 4 and values[0].isdigit():
+                index, ecc, retired, compute = values
+                health.append({"index": int(index), "ecc_uncorrected": int(ecc) if ecc.isdigit() else None,
+                               "retired_pending": None if "N/A" in retired else retired, "compute_mode": compute})
+        remapped = {}
+        for line in parts.get("remap", []):
+            values = [v.strip() for v in line.split(",")]
+            if len(values) == 3 and values[0].startswith("GPU-"):
+                remapped[values[0]] = {"pending": values[1], "failure": values[2]}
         rc, smi_lines = exit_code(parts.get("smi", []))
         gpus = []
         if rc == 0:
@@ -99,6 +124,8 @@ class DriverState(FactBase):
             "proc_version": proc[0].strip() if proc else None,
             "devices": devices,
             "device_modes": modes,
+            "health": health,
+            "remapped_rows": remapped,
             "modules": parts.get("modules", []),
             "nvswitch_count": int(switches[0]) if switches and switches[0].strip().isdigit() else 0,
             "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},

@@ -51,6 +51,10 @@ FAULTS = {
     "no-gpu": "the driver is loaded but no GPU initialised: 'No devices were found'",
     "fabricmanager-down": "NVSwitch node whose nvidia-fabricmanager is stopped: fabric state In Progress",
     "uvm-missing": "nvidia_uvm is not loaded: no /dev/nvidia-uvm (nvidia-smi works, CUDA cannot initialise)",
+    "ecc-uncorrectable": "GPU 1 had an uncorrectable (double-bit) ECC error since the driver loaded; its memory "
+                         "waits for a reset (a page pending retirement before Ampere, a row remap pending from "
+                         "Ampere on)",
+    "compute-prohibited": "GPU 0 is in compute mode Prohibited: no process can create a CUDA context on it",
     "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
                       "that does not run as root gets NVML's 'Insufficient Permissions'",
 }
@@ -93,6 +97,11 @@ def driver_state(node: str, profile: dict) -> dict:
             "mig_mode": "Enabled" if gpu.get("mig") and gpu_model.mig_capable else (
                 "Disabled" if gpu_model.mig_capable else "N/A"),
             "fallen_off_bus": index == 0 and "fallen-off-bus" in faults,
+            "ecc_uncorrected": 2 if index == 1 and "ecc-uncorrectable" in faults else 0,
+            # row remapping replaced page retirement with Ampere (the MIG-capable generation here)
+            "remapping": gpu_model.mig_capable,
+            "memory_pending": index == 1 and "ecc-uncorrectable" in faults,
+            "compute_mode": "Prohibited" if index == 0 and "compute-prohibited" in faults else "Default",
         })
     nvswitch = profile.get("nvswitch") or {}
     switch_count = int(nvswitch.get("count", 0))

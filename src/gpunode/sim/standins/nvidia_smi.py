@@ -84,7 +84,34 @@ FIELDS = {
     "fabric.state": (lambda s, g: fabric(s)["state"], ""),
     "fabric.status": (lambda s, g: fabric(s)["status"], ""),
     "vbios_version": (lambda s, g: "92.00.45.00.08", ""),
+    "ecc.errors.uncorrected.volatile.total": (lambda s, g: str(g.get("ecc_uncorrected", 0)), ""),
+    "retired_pages.pending": (lambda s, g: "[N/A]" if g.get("remapping") else (
+        "Yes" if g.get("memory_pending") else "No"), ""),
+    "compute_mode": (lambda s, g: g.get("compute_mode", "Default"), ""),
 }
+# nvidia-smi --query-remapped-rows: the GPUs with row remapping (Ampere and later) only
+REMAP_FIELDS = {
+    "gpu_uuid": lambda g: g["uuid"],
+    "gpu_bus_id": lambda g: g["pci_bus_id"],
+    "remapped_rows.correctable": lambda g: "0",
+    "remapped_rows.uncorrectable": lambda g: "1" if g.get("memory_pending") else "0",
+    "remapped_rows.pending": lambda g: "Yes" if g.get("memory_pending") else "No",
+    "remapped_rows.failure": lambda g: "No",
+}
+
+
+def remapped_rows(state: dict, fields: list[str], ids: list[int] | None) -> int:
+    for field in fields:
+        if field not in REMAP_FIELDS:
+            print(f'Field "{field}" is not a valid field to query.', file=sys.stderr)
+            return EXIT_BAD_ARG
+    code = check_driver(state)
+    if code:
+        return code
+    for gpu in selected(state, ids):
+        if gpu.get("remapping"):
+            print(", ".join(REMAP_FIELDS[field](gpu) for field in fields))
+    return 0
 
 
 def query(state: dict, fields: list[str], fmt: str, ids: list[int] | None) -> int:
@@ -256,6 +283,8 @@ def main(argv: list[str]) -> int:
             mode = "full"
         elif arg.startswith("--query-gpu="):
             mode, fields = "query", [f.strip() for f in arg.split("=", 1)[1].split(",") if f.strip()]
+        elif arg.startswith("--query-remapped-rows="):
+            mode, fields = "remap", [f.strip() for f in arg.split("=", 1)[1].split(",") if f.strip()]
         elif arg.startswith("--format="):
             fmt = arg.split("=", 1)[1]
         elif arg in ("-i", "--id") and args:
@@ -272,6 +301,8 @@ def main(argv: list[str]) -> int:
         return list_gpus(state)
     if mode == "full":
         return full_query(state, ids)
+    if mode == "remap":
+        return remapped_rows(state, fields or [], ids)
     if mode == "query":
         if not fmt:
             return usage_error("--format must be given with --query-gpu")
