@@ -128,3 +128,22 @@ def test_driver_files_follow_the_state() -> None:
     not_loaded = driver_state("node01", dict(load_profile("a100x4-containerd"), faults=["nouveau"]))
     proc, sysmod, devices = driver_files(not_loaded)
     assert proc == {} and devices == [] and "nouveau/initstate" in sysmod
+
+
+def test_memory_and_compute_state_are_answered_and_faults_change_them(tmp_path: Path) -> None:
+    """The driver fact's health query and --query-remapped-rows: A100s remap rows (no page retirement)."""
+    from gpunode.facts.driver import HEALTH_FIELDS, REMAP_FIELDS, DriverState
+
+    fine = smi(tmp_path, "a100x4-containerd", f"--query-gpu={HEALTH_FIELDS}", "--format=csv,noheader,nounits")
+    assert fine.returncode == 0 and fine.stdout.splitlines()[1] == "1, 0, [N/A], Default"
+    broken = smi(tmp_path, "a100x4-containerd", f"--query-gpu={HEALTH_FIELDS}", "--format=csv,noheader,nounits",
+                 faults=["ecc-uncorrectable", "compute-prohibited"])
+    assert broken.stdout.splitlines()[:2] == ["0, 0, [N/A], Prohibited", "1, 2, [N/A], Default"]
+    rows = smi(tmp_path, "a100x4-containerd", f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv,noheader",
+               faults=["ecc-uncorrectable"])
+    assert [line.split(", ")[1:] for line in rows.stdout.splitlines()] == [["No", "No"], ["Yes", "No"],
+                                                                          ["No", "No"], ["No", "No"]]
+    state = DriverState().process(["##gpunode:health", *broken.stdout.splitlines(), "##gpunode:remap",
+                                   *rows.stdout.splitlines()])
+    assert state["health"][1]["ecc_uncorrected"] == 2
+    assert [v["pending"] for v in state["remapped_rows"].values()] == ["No", "Yes", "No", "No"]
