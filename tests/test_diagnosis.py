@@ -177,8 +177,8 @@ def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: lis
     assert [e for e, f in zip(expected, failed, strict=True) if e in f.what] == expected
     if not expected:
         assert findings[-1].severity is Severity.OK
-        assert findings[-1].evidence[:4] == [f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)"
-                                             for name in sorted(versions)]
+        assert findings[-1].evidence[:4] == [
+            f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)" for name in sorted(versions)]
 
 
 def containerd_state(main: str | None, dump: str, active: str = "active") -> dict:

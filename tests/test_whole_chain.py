@@ -415,8 +415,8 @@ def test_a_workload_whose_pods_a_quota_refuses_is_diagnosed_before_any_pod_exist
         wait_for(lambda: list(client.list(Pod, namespace="quota-ns")), 90)
         report = doctor(fleet, "--pod", "quota-ns/trainer")[1]
         links = report["links"]["pod quota-ns/trainer"]
-        assert links[0]["evidence"][0].startswith("deployment quota-ns/trainer: diagnosing its pod quota-ns/trainer-"), \
-            links
+        first = links[0]["evidence"][0]
+        assert first.startswith("deployment quota-ns/trainer: diagnosing its pod quota-ns/trainer-"), links
         missing = gpunode("doctor", INVENTORY, "--pod", "quota-ns/nothing", env=fleet["env"], check=False)
         assert 'no pod or workload named "nothing" in namespace quota-ns' in missing.stdout + missing.stderr
     finally:

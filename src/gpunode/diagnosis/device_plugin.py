@@ -165,7 +165,8 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
         if pod.exists and (pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready)):
             # whatever the count should be, a crash-looping plugin offers nothing new: never "not checked"
             return [Finding(STEP, Severity.FAIL, f"{node.name} offers {have} allocatable {resource}: the device "
-                            "plugin keeps crashing there", evidence + [offer.basis] + plugin_pod_evidence(pod, namespace),
+                            "plugin keeps crashing there",
+                            evidence + [offer.basis] + plugin_pod_evidence(pod, namespace),
                             crash_fix(pod, namespace), code="plugin-crashloop")]
         offered = [f"kubectl get node {node.name}: allocatable {name}={count}"
                    for name, count in other_nvidia(node, "").items()]
@@ -200,7 +201,7 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         crash_fix(pod, namespace), code="plugin-crashloop")]
     if not pod.ready:
         said = " ".join(pod.log_tail)
-        fix = (f"the plugin waits for the kubelet's socket in a folder the kubelet does not use: the DaemonSet's "
+        fix = ("the plugin waits for the kubelet's socket in a folder the kubelet does not use: the DaemonSet's "
                "hostPath must be the kubelet's device-plugins folder (/var/lib/kubelet/device-plugins, or "
                "<kubelet --root-dir>/device-plugins); re-run deploys/device_plugin.py (gpunode's manifest mounts it)"
                if "kubelet socket" in said and "not there yet" in said else f"kubectl -n {namespace} logs {pod.name}")

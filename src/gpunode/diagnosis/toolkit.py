@@ -29,7 +29,8 @@ def config_findings(state: dict) -> list[Finding]:
         return [Finding(STEP, Severity.FAIL, f"{TOOLKIT_CONFIG} does not parse: the NVIDIA runtime refuses to start "
                         "any container", [f"{TOOLKIT_CONFIG}: {config['error']}"],
                         f"correct the TOML at the place named, or move the file away and run 'nvidia-ctk config "
-                        f"--in-place --config-file={TOOLKIT_CONFIG}' to write the defaults", code="toolkit-config-invalid")]
+                        f"--in-place --config-file={TOOLKIT_CONFIG}' to write the defaults",
+                        code="toolkit-config-invalid")]
     value = config["ldconfig"]
     if value is None:
         return []
@@ -42,14 +43,16 @@ def config_findings(state: dict) -> list[Finding]:
         return [Finding(STEP, Severity.FAIL, "the toolkit's ldconfig is not a host path (no leading '@'): toolkit "
                         "1.17.3 and later refuse the config and every GPU container fails",
                         [where, f"error loading config: nvidia-container-cli.ldconfig value \"{value}\" is not "
-                                "host-relative (does not start with a '@')"], fix, code="toolkit-ldconfig-in-container")]
+                                "host-relative (does not start with a '@')"], fix,
+                        code="toolkit-ldconfig-in-container")]
     if not state["paths"].get(value[1:]):
         present = [path for path, exists in sorted(state["paths"].items()) if exists]
         return [Finding(STEP, Severity.FAIL, f"the toolkit's ldconfig {value[1:]} does not exist on this host: every "
                         "GPU container fails with 'nvidia-container-cli: ldcache error: open failed: "
                         f"{value[1:]}: no such file or directory'",
                         [where, f"test -e {value[1:]}: no such file",
-                         f"ldconfig on this host: {', '.join(present) or 'none'}"], fix, code="toolkit-ldconfig-missing")]
+                         f"ldconfig on this host: {', '.join(present) or 'none'}"], fix,
+                        code="toolkit-ldconfig-missing")]
     return []
 
 

@@ -80,10 +80,11 @@ def diagnose(view: WorkloadView) -> list[Finding]:
                 return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: {meaning}", evidence + extra,
                                 fix.format(ns=view.namespace), code=code)]
         return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: the API server refuses it", evidence,
-                        "the API server's own words are above; 'kubectl -n {ns} describe {kind} {name}' shows the rest"
-                        .format(ns=view.namespace, kind=view.kind.lower(), name=view.name), code="pod-create-refused")]
+                        f"the API server's own words are above; 'kubectl -n {view.namespace} describe "
+                        f"{view.kind.lower()} {view.name}' shows the rest", code="pod-create-refused")]
     if view.suspended:
-        return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: it is suspended", [f"{title}: spec.suspend = true"],
+        return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: it is suspended",
+                        [f"{title}: spec.suspend = true"],
                         f"kubectl -n {view.namespace} patch job {view.name} -p '{{\"spec\":{{\"suspend\":false}}}}'",
                         code="job-suspended")]
     if view.replicas == 0:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-
 from dataclasses import dataclass, field
 
 from lightkube.resources.apps_v1 import DaemonSet

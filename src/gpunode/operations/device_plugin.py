@@ -96,7 +96,7 @@ def poll_cluster(settings: ClusterSettings, namespace: str) -> ClusterPoll:
 def retry_or_raise(target: Host, error: GpunodeError, deadline: float, what: str, told: list[bool]) -> None:
     """A transient API failure during a wait is retried until the wait's deadline (said once); others raise."""
     if not transient(error) or time.monotonic() > deadline:
-        raise GpunodeError(f"{error.args[0] if error.args else error} (while {what})", *error.args[1:]) from error
+        raise GpunodeError(f"{error.problem} (while {what})", error.fix) from error
     if not told:
         told.append(True)
         target.log(f"the API did not answer ({error.args[0] if error.args else error}); retrying until the "

@@ -21,7 +21,6 @@ server refuses with 401).
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal
@@ -327,10 +326,3 @@ def reset_data(paths: SimPaths) -> None:
     """Forget the cluster's objects (etcd's data): the next start is a new cluster with the same certificates."""
     shutil.rmtree(paths.state / "etcd", ignore_errors=True)
 
-
-def audit_entries(paths: SimPaths) -> list[dict]:
-    """The API server's audit log of writes, as JSON objects."""
-    log = paths.run / "kube-apiserver-audit.log"
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]

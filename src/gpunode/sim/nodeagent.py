@@ -63,7 +63,6 @@ SANDBOX_RETRY = 5.0
 LEASE_SECONDS, LEASE_RENEW = 40, 10.0
 STATUS_HEARTBEAT = 60.0
 SYNC_BUSY, SYNC_IDLE = 0.5, 2.0  # seconds between sync passes while something starts or runs, and when idle
-EXTENDED_PREFIX = "nvidia.com/"
 # the simulated driver layer: the plugin's simulated backend reads the node's GPU state file
 SIM_ENV = {"GPUNODE_PLUGIN_BACKEND": "sim"}
 
