@@ -96,7 +96,8 @@ def test_dry_run_finds_drift_and_exits_2(fleet: dict, tmp_path: Path) -> None:
 
 
 def test_plain_pytest_runs_the_suites(fleet: dict, tmp_path: Path) -> None:
-    result = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "--pyargs", "gpunode.verify.suites",
+    result = subprocess.run([str(REPO / ".venv/bin/python"), "-m", "pytest", "-p", "gpunode.verify.plugin",
+                             "--pyargs", "gpunode.verify.suites",
                              "--inventory", INVENTORY, "--limit", "node0[12]", "-q", "-p", "no:cacheprovider",
                              "--junit-xml", str(tmp_path / "suites.xml")], cwd=REPO,
                             env=fleet["env"], capture_output=True, text=True, timeout=300, check=False)

@@ -31,7 +31,7 @@ from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.settings import NodeSettings
 from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
-from gpunode.verify.plugin import Verification
+from gpunode.verify.engine import Verification
 from gpunode.verify.targets import load_inventory
 
 

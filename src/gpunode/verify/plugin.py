@@ -1,11 +1,12 @@
-"""pytest plugin of the verification suites: loads a pyinfra inventory and hands each test its host.
+"""pytest side of the verification suites: loads a pyinfra inventory and hands each test its host.
 
-    pytest --pyargs gpunode.verify.suites -p gpunode.verify.plugin --inventory inventories/prod.py
-    pytest --pyargs gpunode.verify.suites -p gpunode.verify.plugin --inventory inventories/sim.py \\
-           --limit node01 --junit-xml verify.xml
+    pytest -p gpunode.verify.plugin --pyargs gpunode.verify.suites --inventory inventories/prod.py
+    pytest -p gpunode.verify.plugin --pyargs gpunode.verify.suites --inventory inventories/sim.py --limit node01
 
-Every host's facts are read once, all hosts in parallel, before the first test;
-each suite then judges its step from them. Nothing is changed on any host.
+Activated by ``-p`` only (``gpunode verify`` passes it): no pytest11 entry point, so other projects' pytest runs
+in the same environment get no --inventory/--limit/--data. The work is the engine's
+(``gpunode.verify.engine``): every host's facts read once, all hosts in parallel, before the first test; each
+suite then judges its step from them. Nothing is changed on any host.
 """
 
 from __future__ import annotations
@@ -15,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.connection import Connections, Reply, Unreachable
-from gpunode.diagnosis import Finding, Severity
 from gpunode.errors import GpunodeError
-from gpunode.facts.node import facts_command, split_facts
-from gpunode.verify.checks import STEPS, ClusterView, StepResult, judge
-from gpunode.verify.targets import Target, load_inventory, parse_data
-
-MAX_PARALLEL = 32
+from gpunode.verify.engine import Verification, results_as_json
+from gpunode.verify.targets import load_inventory, parse_data
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,52 +29,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--data", dest="gpunode_data", action="append", default=[],
                     help="override host data, KEY=VALUE, like pyinfra's --data; repeatable")
     group.addoption("--gpunode-json", dest="gpunode_json", help="write results as JSON to this file")
-
-
-class Verification:
-    """The session's targets, their facts and the verdicts, shared by every test."""
-
-    def __init__(self, targets: list[Target]) -> None:
-        self.targets = {t.name: t for t in targets}
-        self.connections = Connections([(t.name, t.data) for t in targets])
-        self.verdicts: dict[str, dict[str, StepResult]] = {}
-        self.errors: dict[str, Finding] = {}  # hosts that could not be read: the "connection" link's finding
-        self.facts: dict[str, dict[str, dict]] = {}
-        self.cluster = ClusterView()
-
-    def read_all(self) -> None:
-        for name, reply in self.connections.run_all(facts_command(), MAX_PARALLEL).items():
-            outcome = self._judge(name, reply)
-            if isinstance(outcome, Finding):
-                self.errors[name] = outcome
-            else:
-                self.verdicts[name] = outcome
-
-    def _judge(self, name: str, reply: Reply | Unreachable) -> dict[str, StepResult] | Finding:
-        if isinstance(reply, Unreachable):
-            return Finding("connection", Severity.FAIL, reply.problem, reply.evidence, reply.fix or "", reply.code)
-        if not reply.ok and not reply.stdout:
-            said = (reply.stderr.strip().splitlines() or ["no output"])[-1]
-            return Finding("connection", Severity.FAIL, f"cannot read {name}: the facts command failed: {said}",
-                           [f"stderr on {name}: {line}" for line in reply.stderr.strip().splitlines()[-5:]],
-                           "run 'gpunode doctor' again; if it persists, run the command by hand as the inventory's "
-                           "user", "unreadable")
-        try:
-            settings = self.targets[name].settings
-        except GpunodeError as error:
-            return Finding("inventory data", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
-                           fix=error.fix or "", code="bad-data")
-        self.facts[name] = split_facts(reply.stdout)
-        return judge(name, self.facts[name], settings, self.targets[name].data, self.cluster)
-
-    def result(self, host: str, step: str) -> StepResult:
-        """The step's verdict; a host that could not be read fails once, at the chain's first step, with the
-        connection's one line (ssh's or sudo's words), and every later step is "not checked" because of it."""
-        if host in self.errors:
-            if step == STEPS[0]:
-                return StepResult(host, step, "fail", self.errors[host].what, [self.errors[host]])
-            return StepResult(host, step, "skip", f"not checked: {host} could not be read (see {STEPS[0]})")
-        return self.verdicts[host][step]
 
 
 @pytest.fixture(scope="session")
@@ -132,18 +82,3 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if path:
         Path(path).write_text(json.dumps(results_as_json(verification), indent=2) + "\n")
     verification.connections.close()
-
-
-def results_as_json(verification: Verification) -> dict:
-    hosts = {}
-    for host in verification.targets:
-        steps = {}
-        for step in STEPS:
-            result = verification.result(host, step)
-            steps[step] = {"outcome": result.outcome, "state": result.state, "reason": result.reason,
-                           "proof": result.proof,
-                           "findings": [{"severity": str(f.severity), "what": f.what, "evidence": f.evidence,
-                                         "fix": f.fix, "code": f.code}
-                                        for f in result.findings if f.severity is not Severity.OK]}
-        hosts[host] = steps
-    return {"steps": list(STEPS), "hosts": hosts}

@@ -18,7 +18,8 @@ def verify(inventory: str, limit: list[str], junit_xml: str | None, json_path: s
     load_inventory(inventory, limit or None, parse_data(data or []))  # typos and empty --limit fail here
     with tempfile.TemporaryDirectory(prefix="gpunode-verify-") as tmp:
         results_file = Path(tmp) / "results.json"
-        args = ["--pyargs", "gpunode.verify.suites", "--inventory", inventory, "--gpunode-json",
+        args = ["-p", "gpunode.verify.plugin", "--pyargs", "gpunode.verify.suites", "--inventory", inventory,
+                "--gpunode-json",
                 str(results_file), "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
                 "-o", "junit_suite_name=gpunode-verify", "--rootdir", tmp, "-c", "/dev/null"]
         for pattern in limit:

@@ -1,6 +1,7 @@
 """Verification of the device-plugin step (see gpunode.diagnosis.device_plugin for what is checked)."""
 
-from gpunode.verify.plugin import Verification, check_step
+from gpunode.verify.engine import Verification
+from gpunode.verify.plugin import check_step
 
 
 def test_device_plugin(gpunode_verification: Verification, gpunode_host: str) -> None:

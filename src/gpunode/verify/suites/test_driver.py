@@ -1,6 +1,7 @@
 """Verification of the driver step (see gpunode.diagnosis.driver for what is checked)."""
 
-from gpunode.verify.plugin import Verification, check_step
+from gpunode.verify.engine import Verification
+from gpunode.verify.plugin import check_step
 
 
 def test_driver(gpunode_verification: Verification, gpunode_host: str) -> None:
