@@ -14,20 +14,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gpunode import chain
 from gpunode.errors import GpunodeError
 from gpunode.inventory_data import check_data, read
 from gpunode.operations import PLANNED_FAILURES
 from gpunode.verify.targets import load_inventory, parse_data
 
-STEP_FUNCTIONS = {
-    "driver": ("gpunode.steps.driver", "driver_check"),
-    "toolkit_repo": ("gpunode.steps.toolkit_repo", "toolkit_repository"),
-    "toolkit": ("gpunode.steps.toolkit", "toolkit_install"),
-    "runtime": ("gpunode.steps.runtime", "runtime_configuration"),
-    "labels": ("gpunode.steps.labels", "node_labels"),
-    "device_plugin": ("gpunode.steps.device_plugin", "device_plugin_rollout"),
-}
-STEP_ORDER = tuple(STEP_FUNCTIONS)
+STEP_FUNCTIONS = {step.name: tuple(step.deploy.split(":")) for step in chain.STEPS}  # (module, function)
+STEP_ORDER = chain.NAMES
 
 
 def deploy_file(steps: list[str]) -> str:

@@ -15,14 +15,14 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from gpunode import chain
 from gpunode.errors import GpunodeError
 
 # (path inside the packaged scaffold, path in the user's project)
 FILES = (
     *((f"inventories/{name}", f"inventories/{name}") for name in ("prod.py", "group_data/all.py",
                                                                      "group_data/h100_nodes.py")),
-    *((f"deploys/{step}.py", f"deploys/{step}.py") for step in (
-        "bootstrap", "driver", "toolkit_repo", "toolkit", "runtime", "labels", "device_plugin")),
+    *((f"deploys/{step}.py", f"deploys/{step}.py") for step in ("bootstrap", *chain.NAMES)),
     ("examples/ci/gpu-nodes.yml", ".github/workflows/gpu-nodes.yml"),
 )
 SIM_FILES = (("inventories/sim.py", "inventories/sim.py"),)

@@ -12,20 +12,17 @@ from __future__ import annotations
 from pyinfra.api import FactBase
 from pyinfra.facts.server import Hostname
 
-from gpunode.facts.driver import DriverState
-from gpunode.facts.runtime import RuntimeConfig
-from gpunode.facts.toolkit import ToolkitPackages
-from gpunode.facts.toolkit_repo import ToolkitRepoState
+from gpunode import chain
 
 # the facts in the order the steps use them; "hostname" names the Kubernetes node when k8s_node_name is unset
-FACTS: dict[str, type[FactBase]] = {"driver": DriverState, "toolkit_repo": ToolkitRepoState,
-                                    "toolkit": ToolkitPackages, "runtime": RuntimeConfig, "hostname": Hostname}
+FACTS: dict[str, type[FactBase]] = {**{step.name: chain.load(step.fact) for step in chain.STEPS if step.fact},
+                                    "hostname": Hostname}
 FACT_MARK = "##gpunode-fact:"
 
 
 # the steps after the driver check matter only where an NVIDIA driver left a trace; elsewhere (CPU nodes) the
 # check skips them, so a host without one is not asked for them (their parts are absent, never read)
-GPU_STEPS = ("toolkit_repo", "toolkit", "runtime")
+GPU_STEPS = tuple(step.name for step in chain.STEPS if step.needs_nvidia)
 NVIDIA_TRACE = ("command -v nvidia-smi >/dev/null 2>&1 || [ -e /proc/driver/nvidia ] || [ -e /sys/module/nvidia ]"
                 " || [ -e /dev/nvidiactl ]")
 

@@ -5,24 +5,10 @@ from __future__ import annotations
 
 from pyinfra.api.deploy import deploy
 
-from gpunode.steps.device_plugin import device_plugin_rollout
-from gpunode.steps.driver import driver_check
-from gpunode.steps.labels import node_labels
-from gpunode.steps.runtime import runtime_configuration
-from gpunode.steps.toolkit import toolkit_install
-from gpunode.steps.toolkit_repo import toolkit_repository
-
-STEPS = {
-    "driver": driver_check,
-    "toolkit_repo": toolkit_repository,
-    "toolkit": toolkit_install,
-    "runtime": runtime_configuration,
-    "labels": node_labels,
-    "device_plugin": device_plugin_rollout,
-}
+from gpunode import chain
 
 
 @deploy("Bootstrap GPU node")
 def bootstrap() -> None:
-    for step in STEPS.values():
-        step()
+    for step in chain.STEPS:
+        chain.load(step.deploy)()

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 
 from lightkube.resources.core_v1 import Pod
 
+from gpunode import chain
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, gpu_labels
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import expected_offer
-from gpunode.diagnosis import Finding, Severity, device_plugin, driver, labels, runtime, toolkit, toolkit_repo
+from gpunode.diagnosis import Finding, Severity, device_plugin, labels
 from gpunode.errors import GpunodeError
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.device_plugin import (
@@ -25,11 +26,8 @@ from gpunode.facts.device_plugin import (
 from gpunode.facts.labels import NodeLabelsState, read_nodes
 from gpunode.settings import NodeSettings
 
-NODE_STEPS = ("driver", "toolkit_repo", "toolkit", "runtime")
-CLUSTER_STEPS = ("labels", "device_plugin")
-STEPS = NODE_STEPS + CLUSTER_STEPS
-DIAGNOSES = {"driver": driver.diagnose, "toolkit_repo": toolkit_repo.diagnose, "toolkit": toolkit.diagnose,
-             "runtime": runtime.diagnose}
+NODE_STEPS, CLUSTER_STEPS, STEPS = chain.NODE_STEPS, chain.CLUSTER_STEPS, chain.NAMES
+DIAGNOSES = {step.name: chain.load(step.diagnose) for step in chain.STEPS if step.diagnose}
 
 
 @dataclass
