@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode import gpu_generations
 from gpunode.diagnosis import Severity, failures
 from gpunode.diagnosis import driver as driver_diagnosis
 from gpunode.diagnosis import runtime as runtime_diagnosis
@@ -127,7 +128,7 @@ def test_cpu_only_host_is_skipped_not_failed() -> None:
     ("NVIDIA A10", None, "ampere"), ("NVIDIA B200", "10.0", "blackwell"), ("Tesla T4", "7.5", "turing"),
 ])
 def test_gpu_family(name: str, cap: str | None, family: str) -> None:
-    assert driver_diagnosis.gpu_family(name, cap) == family
+    assert gpu_generations.gpu_family(name, cap) == family
 
 
 GOOD_LIST = ["deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "

@@ -39,3 +39,73 @@ def test_the_chain_is_listed_once_and_each_step_has_its_deploy_fact_diagnosis_an
             assert chain.load(step.fact)().command() and callable(chain.load(step.diagnose))
     source = "\n".join(p.read_text() for p in (root / "src/gpunode").rglob("*.py") if p.name != "chain.py")
     assert '"toolkit_repo", "toolkit"' not in source and "'toolkit_repo', 'toolkit'" not in source
+
+
+# the product's rooms, lowest first: a module may import its own room and the rooms below, never one above
+LAYERS = (
+    ("gpunode", "errors", "chain", "gpu_generations", "op_order"),
+    ("inventory_data",),
+    ("settings",),
+    ("cluster", "connection"),
+    ("facts",),
+    ("diagnosis",),
+    ("operations",),
+    ("steps", "verify"),
+    ("deploy", "doctor", "preflight", "migrate", "init", "lint"),
+    ("cli",),
+)
+
+
+def product_imports() -> dict[str, set[str]]:
+    """Every product module (not the simulator, not the scaffold) and the gpunode modules it imports."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).parents[1] / "src"
+    graph: dict[str, set[str]] = {}
+    for path in (src / "gpunode").rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name.startswith(("gpunode.sim", "gpunode.scaffold")):
+            continue
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("gpunode"):
+                found.add(node.module)
+                found |= {f"{node.module}.{alias.name}" for alias in node.names
+                          if (src / f"{node.module}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names if alias.name.startswith("gpunode")}
+        graph[name] = found
+    return graph
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gpunode"
+
+
+def test_imports_go_down_the_layers_only_and_the_product_never_imports_the_simulator() -> None:
+    level = {name: depth for depth, rooms in enumerate(LAYERS) for name in rooms}
+    graph = product_imports()
+    assert {room(m) for m in graph} <= set(level), sorted({room(m) for m in graph} - set(level))
+    wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                   if d.startswith("gpunode.sim") or level[room(d)] > level[room(m)])
+    assert wrong == []
+
+
+def test_no_import_cycle_between_product_modules() -> None:
+    graph = product_imports()
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, " -> ".join((*path[path.index(module):], module))
+        if module in done:
+            return
+        for dep in sorted(graph.get(module, ())):
+            if dep in graph and dep != module and not module.startswith(dep + "."):
+                visit(dep, (*path, module))
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())

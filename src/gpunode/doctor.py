@@ -24,11 +24,11 @@ from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import RUNTIME_CLASS, ManifestSettings
 from gpunode.diagnosis import Finding, Severity, pods
 from gpunode.diagnosis import workloads as workload_diagnosis
-from gpunode.diagnosis.workloads import KINDS as WORKLOAD_KINDS
 from gpunode.errors import GpunodeError
 from gpunode.facts import workloads
 from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
+from gpunode.facts.workloads import KINDS as WORKLOAD_KINDS
 from gpunode.settings import NodeSettings
 from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
 from gpunode.verify.engine import Verification

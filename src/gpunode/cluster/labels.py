@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpunode.diagnosis.driver import gpu_family
+from gpunode.gpu_generations import gpu_family
 from gpunode.inventory_data import BY_NAME, read
 
 GFD = "nvidia.com/"

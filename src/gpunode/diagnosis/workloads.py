@@ -8,44 +8,12 @@ This reads those and the namespace's quotas, and names the refusal with the fix.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gpunode.diagnosis import Finding, Severity
+from gpunode.facts.workloads import KINDS, QuotaView, WorkloadView
+
+__all__ = ["KINDS", "QuotaView", "WorkloadView", "diagnose"]
 
 STEP = "pod"
-GPU = "nvidia.com/gpu"
-KINDS = ("Deployment", "StatefulSet", "Job", "ReplicaSet", "DaemonSet")
-
-
-@dataclass(frozen=True)
-class QuotaView:
-    """One ResourceQuota of the namespace: its hard limits and what is used, as the API reports them."""
-
-    name: str
-    hard: dict[str, str]
-    used: dict[str, str]
-
-    def gpu_lines(self) -> list[str]:
-        return [f"resourcequota {self.name}: {key} used {self.used.get(key, '0')} of {hard}"
-                for key, hard in sorted(self.hard.items()) if GPU in key]
-
-
-@dataclass(frozen=True)
-class WorkloadView:
-    """The workload, its events (and those of the ReplicaSets it owns), and the namespace around it."""
-
-    kind: str
-    namespace: str
-    name: str
-    replicas: int | None = None  # spec.replicas (Deployment, StatefulSet, ReplicaSet); None where it has none
-    suspended: bool = False  # a Job's spec.suspend
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (object, reason, message), oldest first
-    quotas: tuple[QuotaView, ...] = ()
-    limit_ranges: tuple[str, ...] = ()
-
-    @property
-    def title(self) -> str:
-        return f"{self.kind.lower()} {self.namespace}/{self.name}"
 
 
 # the API server's admission words in a FailedCreate, and what each means: (words, code, meaning, fix)

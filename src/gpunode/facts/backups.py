@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pyinfra.api import FactBase
 
-from gpunode.operations.backup import ABSENT, BACKUP_ROOT
+BACKUP_ROOT = "/var/backups/gpunode"  # where every step keeps its copies (gpunode.operations.backup writes them)
+ABSENT = ".absent"  # the marker of a file that did not exist before gpunode changed it
 
 
 class Backups(FactBase):

@@ -7,6 +7,7 @@ pods are ``NAME-<hash>-<id>``), and a workload whose pods are refused has none a
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube.resources.apps_v1 import DaemonSet, Deployment, ReplicaSet, StatefulSet
@@ -14,7 +15,40 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, LimitRange, Pod, ResourceQuota
 
 from gpunode.cluster.client import get_or_none
-from gpunode.diagnosis.workloads import KINDS, QuotaView, WorkloadView
+
+GPU = "nvidia.com/gpu"
+KINDS = ("Deployment", "StatefulSet", "Job", "ReplicaSet", "DaemonSet")
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    """One ResourceQuota of the namespace: its hard limits and what is used, as the API reports them."""
+
+    name: str
+    hard: dict[str, str]
+    used: dict[str, str]
+
+    def gpu_lines(self) -> list[str]:
+        return [f"resourcequota {self.name}: {key} used {self.used.get(key, '0')} of {hard}"
+                for key, hard in sorted(self.hard.items()) if GPU in key]
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """The workload, its events (and those of the ReplicaSets it owns), and the namespace around it."""
+
+    kind: str
+    namespace: str
+    name: str
+    replicas: int | None = None  # spec.replicas (Deployment, StatefulSet, ReplicaSet); None where it has none
+    suspended: bool = False  # a Job's spec.suspend
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # (object, reason, message), oldest first
+    quotas: tuple[QuotaView, ...] = ()
+    limit_ranges: tuple[str, ...] = ()
+
+    @property
+    def title(self) -> str:
+        return f"{self.kind.lower()} {self.namespace}/{self.name}"
 
 RESOURCES: dict[str, type] = {"Deployment": Deployment, "StatefulSet": StatefulSet, "Job": Job,
                               "ReplicaSet": ReplicaSet, "DaemonSet": DaemonSet}

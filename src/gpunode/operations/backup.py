@@ -7,8 +7,7 @@ of a path is how the node was before gpunode first touched it: ``gpunode undo`` 
 
 from __future__ import annotations
 
-BACKUP_ROOT = "/var/backups/gpunode"
-ABSENT = ".absent"
+from gpunode.facts.backups import BACKUP_ROOT
 
 
 def backup_dir(stamp: str) -> str:
