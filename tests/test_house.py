@@ -109,3 +109,13 @@ def test_no_import_cycle_between_product_modules() -> None:
 
     for module in sorted(graph):
         visit(module, ())
+
+
+def test_one_table_of_nvidias_plugin_config_keys_for_both_packages() -> None:
+    """The plugin owns the table; gpunode carries it verbatim (the plugin imports nothing from gpunode)."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    owned = (root / "plugin/gpunode_plugin/config_keys.py").read_bytes()
+    assert (root / "src/gpunode/cluster/plugin_config_keys.py").read_bytes() == owned
+    assert b"import" not in owned.split(b'"""', 2)[2]  # pure data

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 
 import yaml
 
+from gpunode_plugin.config_keys import FILE_KEYS
+
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 ID_STRATEGIES = ("uuid", "index")
@@ -85,17 +87,6 @@ OPTIONS = (
     ("--log-format", "GPUNODE_LOG_FORMAT", None, "log_format", "str"),
     ("--socket-prefix", "GPUNODE_PLUGIN_SOCKET_PREFIX", None, "socket_prefix", "str"),
 )
-FILE_KEYS = {
-    "": {"version", "flags", "sharing", "resources", "imex"},
-    "flags": {"migStrategy", "failOnInitError", "nvidiaDriverRoot", "nvidiaDevRoot", "plugin", "gfd",
-              "mpsRoot", "deviceDiscoveryStrategy", "gdrcopyEnabled", "gdsEnabled", "mofedEnabled"},
-    "flags.plugin": {"passDeviceSpecs", "deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix",
-                     "nvidiaCTKPath", "containerDriverRoot", "sharedDevicesAllocationPolicy",
-                     "gpunodeBackend", "gpunodeHttpAddress", "gpunodeHealthRecoverySeconds"},
-    "sharing": {"timeSlicing", "mps"},
-    "sharing.timeSlicing": {"renameByDefault", "failRequestsGreaterThanOne", "resources"},
-    "sharing.timeSlicing.resources[]": {"name", "replicas", "rename", "devices"},
-}
 
 
 def _convert(key: str, value: object, kind: str) -> object:

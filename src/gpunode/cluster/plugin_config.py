@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from gpunode.cluster.plugin_config_keys import FILE_KEYS
 from gpunode.errors import GpunodeError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -24,11 +25,8 @@ CONFIG_MAP = "gpunode-device-plugin-config"
 MOUNT_DIR = "/etc/gpunode-device-plugin"
 CONFIG_FILE = f"{MOUNT_DIR}/config.yaml"
 DIGEST_ANNOTATION = "gpunode.io/plugin-config"  # on the ConfigMap and the pod template: the digest gpunode applied
-# the keys NVIDIA's v1 config file has where gpunode's plugin reads them (the plugin refuses others itself)
-KEYS = {"": {"version", "flags", "sharing", "resources", "imex"},
-        "sharing": {"timeSlicing", "mps"},
-        "sharing.timeSlicing": {"renameByDefault", "failRequestsGreaterThanOne", "resources"},
-        "sharing.timeSlicing.resources[]": {"name", "replicas", "rename", "devices"}}
+# the keys NVIDIA's v1 config file has where gpunode's plugin reads them: the plugin's own table, carried verbatim
+KEYS = FILE_KEYS
 # inventory keys that are flags of the plugin: the flag wins over the file, so the file must not disagree
 FLAG_KEYS = {"migStrategy": ("plugin_mig_strategy", "mig_strategy"),
              "plugin.deviceListStrategy": ("plugin_device_list_strategy", "device_list_strategy")}
