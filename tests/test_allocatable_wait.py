@@ -22,6 +22,7 @@ from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import RolloutState
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.operations import device_plugin as operation
+from gpunode.operations.run_state import host_run
 
 FOUR_GPUS = [{"index": i, "mig_mode": "Disabled"} for i in range(4)]
 
@@ -63,7 +64,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> dict:
 
 def test_the_old_pods_numbers_do_not_count(cluster: dict) -> None:
     target = FakeHost()
-    operation._replaced[target] = "plugin-old"
+    host_run(target).replaced = "plugin-old"  # the run's record: this run deleted that pod
     cluster["pods"] = [plugin_pod("plugin-old", True),  # not yet deleted
                        plugin_pod("plugin-new", False),
                        plugin_pod("plugin-new", True)]

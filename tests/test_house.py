@@ -119,3 +119,26 @@ def test_one_table_of_nvidias_plugin_config_keys_for_both_packages() -> None:
     owned = (root / "plugin/gpunode_plugin/config_keys.py").read_bytes()
     assert (root / "src/gpunode/cluster/plugin_config_keys.py").read_bytes() == owned
     assert b"import" not in owned.split(b'"""', 2)[2]  # pure data
+
+
+def test_run_state_is_kept_on_pyinfras_objects_not_in_module_globals() -> None:
+    """One record per host and per run (gpunode.operations.run_state); a new run starts empty."""
+    from pathlib import Path
+
+    from pyinfra.api import State
+
+    from gpunode.operations.run_state import host_run, run_of
+
+    root = Path(__file__).parents[1] / "src/gpunode"
+    holders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "WeakKeyDictionary" in p.read_text()
+               and "sim" not in p.parts]
+    assert holders == []
+
+    class Target:
+        pass
+
+    first, second = Target(), Target()
+    host_run(first).reboot = "driver upgraded without reboot"
+    assert host_run(first).reboot and host_run(second).reboot is None
+    run_of(State()).rolling = True
+    assert run_of(State()).rolling is False

@@ -9,16 +9,13 @@ import shlex
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from pyinfra import logger
 from pyinfra.api import FactBase, FunctionCommand, Host, State
 
 from gpunode.errors import GpunodeError
 from gpunode.facts.node import NodeFacts
-
-# per host, every step's facts from the run's one read (read_node_facts); absent where no step asked for it
-_node_facts: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
+from gpunode.operations.run_state import host_run
 
 
 def read_node_facts(target: Host) -> None:
@@ -28,14 +25,15 @@ def read_node_facts(target: Host) -> None:
     step and host. The parts are what each step's own fact would have read at the same moment: pyinfra reads
     every fact before it executes any operation.
     """
-    if target not in _node_facts:
-        _node_facts[target] = target.get_fact(NodeFacts)
+    run = host_run(target)
+    if run.node_facts is None:
+        run.node_facts = target.get_fact(NodeFacts)
 
 
 def step_fact(target: Host, step: str, fact: type[FactBase], **kwargs: Any) -> Any:
     """The step's fact from the run's one read when there was one (and with the fact's default arguments),
     else read by its own command (a step deployed alone, an operation test)."""
-    facts = _node_facts.get(target)
+    facts = host_run(target).node_facts
     defaults = inspect.signature(fact.command).parameters
     if facts is not None and step in facts and all(defaults[k].default == v for k, v in kwargs.items()):
         return facts[step]

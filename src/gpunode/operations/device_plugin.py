@@ -17,14 +17,13 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from weakref import WeakKeyDictionary
 
 from lightkube import codecs
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 from pyinfra import host, state
-from pyinfra.api import Host, State, operation
+from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none, transient
 from gpunode.cluster.labels import driver_version_of
@@ -47,16 +46,11 @@ from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import labelled_driver, node_of_run, relabelled
 from gpunode.operations.reboot import fresh_driver_state
+from gpunode.operations.run_state import host_run, run_of
 
 HASH_ANNOTATION = "gpunode.io/applied-hash"
 POLL_SECONDS = 1.0
 SETTLE_SECONDS = 5.0
-# Runs whose objects are being (re)applied: every host's allocatable check then waits for the new pods.
-_rolling: WeakKeyDictionary[State, bool] = WeakKeyDictionary()
-# Hosts whose plugin pod this run restarts (a new driver): their allocatable check waits for the new pod.
-_replugged: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
-# the plugin pod this run deleted on a host (driver changed): the allocatable check waits for its successor
-_replaced: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -254,7 +248,7 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
     if not stale:
         host.noop(f"{len(wanted)} device-plugin object(s) up to date")
         return
-    _rolling[state] = True
+    run_of(state).rolling = True
     yield control_command(apply_documents, settings, stale, extras)
 
 
@@ -315,7 +309,7 @@ def rolled_out(namespace: str, settings: ClusterSettings):
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    if not _rolling.get(state):  # not changed by this run: a node whose plugin is down is its own check's finding
+    if not run_of(state).rolling:  # not changed by this run: a node whose plugin is down is its own check's finding
         host.noop(f"device plugin unchanged ({rollout.progress()})" if rollout.exists
                   else "device plugin not deployed")
         return
@@ -338,7 +332,7 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
         target.log(f"{node}: allocatable not compared: {offer.basis}")
         return
     deadline = time.monotonic() + settings.allocatable_timeout
-    replaced = _replaced.get(target)  # the plugin pod this run deleted: its numbers must not count
+    replaced = host_run(target).replaced  # the plugin pod this run deleted: its numbers must not count
     settled_since: float | None = None
     told: list[bool] = []
     while True:
@@ -398,7 +392,7 @@ def restart_plugin_pod(target: Host, settings: ClusterSettings, node: str, names
         return
     api_call(settings, f"restart {namespace}/{pod.name}",
              lambda client: client.delete(Pod, pod.name, namespace=namespace))
-    _replaced[target] = pod.name
+    host_run(target).replaced = pod.name
     target.log(f"driver {previous} -> {current}: restarted the device plugin ({pod.name}); its DaemonSet makes a "
                "new one")
 
@@ -431,7 +425,7 @@ def restarted_after_driver_change(node_name: str, namespace: str, settings: Clus
     if driver_version is not None and (previous is None or previous == driver_version):
         host.noop(f"node {node_name}: driver {driver_version} unchanged")
         return
-    _replugged[host] = True
+    host_run(host).replugged = True
     yield control_command(restart_plugin_pod, settings, node_name, namespace, previous, driver_version)
 
 
@@ -463,7 +457,7 @@ def allocatable_matches(node_name: str, gpus: list[dict] | None, manifests: Mani
         host.noop(f"node {node_name}: allocatable not compared ({offer.basis})")
         return
     if offer is not None and allocatable_of(current, offer.resource) == offer.count and not (
-            relabelled(host) or _rolling.get(state) or _replugged.get(host)):
+            relabelled(host) or run_of(state).rolling or host_run(host).replugged):
         host.noop(f"node {node_name}: {offer.count} allocatable {offer.resource}")
         return
     yield control_command(wait_allocatable, settings, node_name, gpus, manifests)

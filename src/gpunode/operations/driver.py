@@ -7,8 +7,6 @@ after it skip themselves there (they ask ``gpu_present``).
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 from pyinfra import host
 from pyinfra.api import Host, operation
 
@@ -16,11 +14,9 @@ from gpunode.diagnosis import Severity, failures
 from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.facts.driver import DriverState
 from gpunode.operations import failing_command, step_fact
+from gpunode.operations.run_state import host_run
 from gpunode.settings import NodeSettings
 
-_gpu_hosts: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
-_reboots: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
-_driver_facts: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
 NO_GPU = "no working NVIDIA driver on this host (see the driver check): step skipped"
 
 
@@ -30,14 +26,15 @@ def driver_facts(target: Host) -> dict:
     (pyinfra fetches a fact again in each @deploy and again at execution; nothing before the driver
     check changes the driver, and a reboot in the run keeps its own facts: operations.reboot.)
     """
-    if target not in _driver_facts:
-        _driver_facts[target] = step_fact(target, "driver", DriverState)
-    return _driver_facts[target]
+    run = host_run(target)
+    if run.driver_facts is None:
+        run.driver_facts = step_fact(target, "driver", DriverState)
+    return run.driver_facts
 
 
 def reboot_planned(target: Host) -> str | None:
     """Why this run reboots the host (a driver upgraded without reboot, ``reboot_on_mismatch``), or None."""
-    return _reboots.get(target)
+    return host_run(target).reboot
 
 
 def gpu_present(target: Host) -> bool:
@@ -45,7 +42,7 @@ def gpu_present(target: Host) -> bool:
 
     A GPU operation used without a driver check before it (someone's own deploy) runs.
     """
-    return _gpu_hosts.get(target, True)
+    return host_run(target).gpu
 
 
 @operation()
@@ -62,18 +59,18 @@ def checked(settings: NodeSettings):
     findings = diagnose(state, settings)
     broken = failures(findings)
     if broken and settings.reboot_on_mismatch and all(f.code == REBOOT_REQUIRED for f in broken):
-        _gpu_hosts[host] = True
-        _reboots[host] = broken[0].what
+        host_run(host).gpu = True
+        host_run(host).reboot = broken[0].what
         host.noop(f"{broken[0].what}: rebooting it (reboot_on_mismatch)")
         return
     if broken:
-        _gpu_hosts[host] = False
+        host_run(host).gpu = False
         yield failing_command("\n".join(str(finding) for finding in broken))
         return
     if any(f.severity is Severity.SKIP for f in findings):
-        _gpu_hosts[host] = False
+        host_run(host).gpu = False
         host.noop(findings[0].what + "; GPU steps skipped on this host")
         return
-    _gpu_hosts[host] = True
+    host_run(host).gpu = True
     gpus = state["nvidia_smi"]["gpus"]
     host.noop(f"driver {gpus[0]['driver_version']} OK with {len(gpus)}x {gpus[0]['name']}")

@@ -8,12 +8,10 @@ left alone (with a warning). A node whose labels are up to date gets no write.
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from pyinfra import host, logger, state
-from pyinfra.api import Host, State, operation
+from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, driver_version_of, gpu_labels
@@ -25,15 +23,7 @@ from gpunode.facts.labels import NodeLabelsState, read_node, read_nodes
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.reboot import fresh_driver_state
-
-_relabelled: WeakKeyDictionary[Host, bool] = WeakKeyDictionary()
-_labelled_driver: WeakKeyDictionary[Host, str | None] = WeakKeyDictionary()
-# NVIDIA's DaemonSets as this run first listed them, per cluster (one list per run)
-_foreign: WeakKeyDictionary[State, dict[tuple[str, str], list[ForeignDaemonSet]]] = WeakKeyDictionary()
-
-
-# the cluster's Nodes as this run first listed them, per cluster: one list call per run, not a read per host
-_nodes: WeakKeyDictionary[State, dict[tuple[str, str], dict[str, NodeLabelsState]]] = WeakKeyDictionary()
+from gpunode.operations.run_state import host_run, run_of
 
 
 def node_of_run(settings: ClusterSettings, name: str) -> NodeLabelsState:
@@ -41,7 +31,7 @@ def node_of_run(settings: ClusterSettings, name: str) -> NodeLabelsState:
 
     Operations decide from it whether there is anything to do; what they then wait for is read fresh.
     """
-    per_cluster = _nodes.setdefault(state, {})
+    per_cluster = run_of(state).nodes  # one list of the Nodes per run and cluster
     key = (str(settings.kubeconfig_path), settings.kube_context)
     if key not in per_cluster:
         per_cluster[key] = read_nodes(settings)
@@ -50,7 +40,7 @@ def node_of_run(settings: ClusterSettings, name: str) -> NodeLabelsState:
 
 def foreign_of_run(settings: ClusterSettings) -> list[ForeignDaemonSet]:
     """NVIDIA's device plugin and GFD DaemonSets from the run's one list of the cluster's DaemonSets."""
-    per_cluster = _foreign.setdefault(state, {})
+    per_cluster = run_of(state).foreign  # one list per run and cluster
     key = (str(settings.kubeconfig_path), settings.kube_context)
     if key not in per_cluster:
         per_cluster[key] = read_foreign(settings)
@@ -68,12 +58,12 @@ def nvidia_serves(settings: ClusterSettings, node_name: str) -> ForeignDaemonSet
 
 def labelled_driver(target: Host) -> str | None:
     """The driver version the node's labels said before this run changed them (None: unknown or none)."""
-    return _labelled_driver.get(target)
+    return host_run(target).labelled_driver
 
 
 def relabelled(target: Host) -> bool:
     """True when this run changes the host's node labels (its plugin pod may come or go)."""
-    return _relabelled.get(target, False)
+    return host_run(target).relabelled
 
 
 def apply_labels(target: Host, settings: ClusterSettings, node: str, labels: dict[str, str]) -> None:
@@ -91,7 +81,7 @@ def apply_fresh_labels(target: Host, settings: ClusterSettings, node: str, label
     current = read_node(settings, node)
     if current.labels.get(PLUGIN_LABEL) != "true" and registrar_on(read_foreign(settings), node) is not None:
         computed.labels.pop(PLUGIN_LABEL, None)  # NVIDIA's plugin serves it: no second registrar after a reboot
-    _labelled_driver[target] = driver_version_of(current.labels)
+    host_run(target).labelled_driver = driver_version_of(current.labels)
     wanted, _ = plan(current, computed.labels)
     if not up_to_date(current, wanted):
         apply_labels(target, settings, node, wanted)
@@ -111,7 +101,7 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
     + label_settings: the model label's key and prefix (for the labels after a reboot)
     """
     if reboot_planned(host):
-        _relabelled[host] = True
+        host_run(host).relabelled = True
         yield control_command(apply_fresh_labels, settings, node_name, label_settings or LabelSettings())
         return
     try:
@@ -119,7 +109,7 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    _labelled_driver[host] = driver_version_of(node.labels)
+    host_run(host).labelled_driver = driver_version_of(node.labels)
     if labels.get(PLUGIN_LABEL):
         try:
             registrar = nvidia_serves(settings, node_name)
@@ -146,5 +136,5 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
     if up_to_date(node, wanted):
         host.noop(f"node {node_name}: {len(wanted)} gpunode label(s) up to date")
         return
-    _relabelled[host] = True
+    host_run(host).relabelled = True
     yield control_command(apply_labels, settings, node_name, wanted)

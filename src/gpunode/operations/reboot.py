@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from weakref import WeakKeyDictionary
 
 from lightkube import ApiError
 from lightkube.models.meta_v1 import ObjectMeta
@@ -30,16 +29,16 @@ from gpunode.facts.driver import DriverState
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.operations import control_command
 from gpunode.operations.driver import reboot_planned
+from gpunode.operations.run_state import host_run
 from gpunode.settings import NodeSettings
 
 BOOT_ID = "cat /proc/sys/kernel/random/boot_id"
 POLL_SECONDS = 2.0
-_fresh_driver: WeakKeyDictionary[Host, dict] = WeakKeyDictionary()
 
 
 def fresh_driver_state(target: Host) -> dict | None:
     """The driver facts read after this run rebooted the host; None when it did not."""
-    return _fresh_driver.get(target)
+    return host_run(target).fresh_driver
 
 
 def _run(target: Host, command: str) -> tuple[bool, list[str]]:
@@ -150,7 +149,7 @@ def recheck_driver(target: Host, settings: NodeSettings, cluster: ClusterSetting
                            "the new driver's kernel module is not built for the running kernel (dkms status, "
                            "uname -r); fix it, reboot, re-run, or kubectl uncordon by hand"
                            if broken[0].code == REBOOT_REQUIRED else broken[0].fix)
-    _fresh_driver[target] = state
+    host_run(target).fresh_driver = state
     gpus = state["nvidia_smi"]["gpus"]
     target.log(f"driver {gpus[0]['driver_version']} OK with {len(gpus)} GPU(s) after the reboot")
 

@@ -8,19 +8,15 @@ happens to it.
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
-
 from pyinfra import host
-from pyinfra.api import Host
 from pyinfra.api.deploy import deploy
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Hostname
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.operations import driver, read_node_facts, reboot, step_fact
+from gpunode.operations.run_state import host_run
 from gpunode.settings import NodeSettings
-
-_hostnames: WeakKeyDictionary[Host, str] = WeakKeyDictionary()
 
 
 def node_name(settings: ClusterSettings) -> str:
@@ -28,9 +24,10 @@ def node_name(settings: ClusterSettings) -> str:
     if settings.k8s_node_name:
         return settings.k8s_node_name
     target = ctx_host.get()
-    if target not in _hostnames:
-        _hostnames[target] = step_fact(target, "hostname", Hostname)
-    return _hostnames[target]
+    run = host_run(target)
+    if run.hostname is None:
+        run.hostname = step_fact(target, "hostname", Hostname)
+    return run.hostname
 
 
 @deploy("Driver check")
