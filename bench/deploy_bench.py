@@ -33,7 +33,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from gpunode.sim.fleet import inotify_in_use, inotify_limit, inotify_shortfall
+from gpunode_sim.fleet import inotify_in_use, inotify_limit, inotify_shortfall
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv" / "bin"

@@ -14,9 +14,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.kubelet import KubeletStandin
-from gpunode.sim.profiles import load_profile
+from gpunode_sim.guest.device_manager import KubeletStandin
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import load_profile
 
 
 def free_port() -> int:

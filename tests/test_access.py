@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpunode_sim.access.ssh import SIM_USER
+from gpunode_sim.build.kubernetes import require
+from gpunode_sim.cluster.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.images.layers import SIM_USER_PASSWORD, SUDOERS
 
 from gpunode.cluster import rbac
 from gpunode.connection import Connections, Unreachable
-from gpunode.sim.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
-from gpunode.sim.images import SIM_USER_PASSWORD, SUDOERS
-from gpunode.sim.kubernetes import require
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.ssh import SIM_USER
 
 from .conftest import gpunode
 from .fleet_ssh import ssh, ssh_ok

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+from gpunode_sim.repos.aptrepo import render_standin
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import load_profile
 
 from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
 from gpunode.cluster.manifests import ManifestSettings, documents, render
@@ -20,9 +23,6 @@ from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import PluginPodState, RolloutState
 from gpunode.facts.driver import QUERY_FIELDS, DriverState
 from gpunode.facts.labels import NodeLabelsState, label_keys
-from gpunode.sim.aptrepo import render_standin
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.profiles import load_profile
 
 from .conftest import REPO
 

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpunode_sim.build.kubernetes import KUBERNETES_VERSION, require
+from gpunode_sim.host.paths import SimPaths
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
-
-from gpunode.sim.kubernetes import KUBERNETES_VERSION, require
-from gpunode.sim.paths import SimPaths
 
 from .conftest import block
 

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-
-from gpunode.sim.profiles import load_profile
+from gpunode_sim.spec.profiles import load_profile
 
 from .plugin_harness import PluginRun
 
@@ -338,8 +337,7 @@ def test_help_has_examples_and_the_version_runs() -> None:
 
 def test_kubelet_refuses_bad_registrations(tmp_path: Path) -> None:
     from gpunode_plugin.api import pb, rpc
-
-    from gpunode.sim.kubelet import KubeletStandin
+    from gpunode_sim.guest.device_manager import KubeletStandin
 
     kubelet = KubeletStandin(str(tmp_path / "dp"))
     kubelet.start()

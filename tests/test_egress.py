@@ -8,8 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim import egress
+from gpunode_sim.cluster import egress
 
 
 @pytest.mark.parametrize(("node", "forward"), [

@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpunode_sim.guest import systemctl
+from gpunode_sim.host import prereqs
+from gpunode_sim.host.mirror import debian_mirror
 
 from gpunode.cli import main
 from gpunode.errors import GpunodeError
-from gpunode.sim import prereqs, systemctl
-from gpunode.sim.mirror import debian_mirror
 
 
 def test_missing_tool_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:

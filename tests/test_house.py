@@ -57,7 +57,8 @@ LAYERS = (
 
 
 def product_imports() -> dict[str, set[str]]:
-    """Every product module (not the simulator, not the scaffold) and the gpunode modules it imports."""
+    """Every product module (not the scaffold) and the gpunode modules it imports; the simulator
+    (gpunode_sim) is another distribution, which the product must not import at all."""
     import ast
     from pathlib import Path
 
@@ -66,7 +67,7 @@ def product_imports() -> dict[str, set[str]]:
     for path in (src / "gpunode").rglob("*.py"):
         parts = list(path.relative_to(src).with_suffix("").parts)
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if name.startswith(("gpunode.sim", "gpunode.scaffold")):
+        if name.startswith("gpunode.scaffold"):
             continue
         found = set()
         for node in ast.walk(ast.parse(path.read_text())):
@@ -76,6 +77,9 @@ def product_imports() -> dict[str, set[str]]:
                           if (src / f"{node.module}.{alias.name}".replace(".", "/")).with_suffix(".py").exists()}
             elif isinstance(node, ast.Import):
                 found |= {alias.name for alias in node.names if alias.name.startswith("gpunode")}
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not [n for n in names if n.startswith("gpunode_sim")], f"{name} imports the simulator"
         graph[name] = found
     return graph
 
@@ -90,7 +94,7 @@ def test_imports_go_down_the_layers_only_and_the_product_never_imports_the_simul
     graph = product_imports()
     assert {room(m) for m in graph} <= set(level), sorted({room(m) for m in graph} - set(level))
     wrong = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
-                   if d.startswith("gpunode.sim") or level[room(d)] > level[room(m)])
+                   if level[room(d)] > level[room(m)])
     assert wrong == []
 
 
@@ -130,8 +134,7 @@ def test_run_state_is_kept_on_pyinfras_objects_not_in_module_globals() -> None:
     from gpunode.operations.run_state import host_run, run_of
 
     root = Path(__file__).parents[1] / "src/gpunode"
-    holders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "WeakKeyDictionary" in p.read_text()
-               and "sim" not in p.parts]
+    holders = [str(p.relative_to(root)) for p in root.rglob("*.py") if "WeakKeyDictionary" in p.read_text()]
     assert holders == []
 
     class Target:
@@ -142,3 +145,32 @@ def test_run_state_is_kept_on_pyinfras_objects_not_in_module_globals() -> None:
     assert host_run(first).reboot and host_run(second).reboot is None
     run_of(State()).rolling = True
     assert run_of(State()).rolling is False
+
+
+def test_the_simulator_is_its_own_distribution_with_rooms_by_concern_and_no_import_circle() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    assert not list((root / "src/gpunode").glob("sim/**/*.py"))
+    package = root / "sim/gpunode_sim"
+    rooms = sorted(p.name for p in package.iterdir() if (p / "__init__.py").exists())
+    assert rooms == ["access", "build", "cluster", "guest", "host", "images", "node", "repos", "spec"]
+    graph: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(root / "sim").with_suffix("").parts)
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[name] = {node.module for node in ast.walk(ast.parse(path.read_text()))
+                       if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpunode_sim.")}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, " -> ".join((*path[path.index(module):], module))
+        if module not in done:
+            for dep in sorted(graph.get(module, ())):
+                if dep in graph and not module.startswith(dep + "."):
+                    visit(dep, (*path, module))
+            done.add(module)
+
+    for module in sorted(graph):
+        visit(module, ())

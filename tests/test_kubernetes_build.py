@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from gpunode_sim.build.kubernetes import build_module, built
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.kubernetes import build_module, built
 
 GOMOD = """module k8s.io/kubernetes
 

@@ -7,10 +7,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim.aptrepo import render_standin
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.profiles import load_profile
+from gpunode_sim.repos.aptrepo import render_standin
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import load_profile
 
 NVIDIA = ["nvidia_uvm           1347584  0", "nvidia_drm             73728  0",
           "nvidia_modeset       1294336  1 nvidia_drm", "nvidia              56713216  2 nvidia_uvm,nvidia_modeset"]

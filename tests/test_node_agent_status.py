@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from gpunode.sim.nodeagent import Agent, Container
+from gpunode_sim.guest.kubelet_agent import Agent, Container
 
 KEY = "gpunode-system/gpunode-device-plugin-abcde"
 

@@ -14,9 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim import toolkit_build
-from gpunode.sim.paths import SimPaths
+from gpunode_sim.build import toolkit_build
+from gpunode_sim.host.paths import SimPaths
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "nvidia-ctk"
 CASES = sorted(p for p in FIXTURES.glob("v*/*") if p.is_dir() and (p / "cmd").exists())

@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim.aptrepo import render_standin
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.node import driver_files
-from gpunode.sim.profiles import load_profile
+from gpunode_sim.node.simnode import driver_files
+from gpunode_sim.repos.aptrepo import render_standin
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import load_profile
 
 DRIVER_DOWN = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
                "Make sure that the latest NVIDIA driver is installed and running.")

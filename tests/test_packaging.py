@@ -27,17 +27,19 @@ def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: 
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def test_the_plugin_package_moves_with_gpunode() -> None:
+def test_the_plugin_and_simulator_packages_move_with_gpunode() -> None:
     gpunode = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     plugin = tomllib.loads((REPO / "plugin" / "pyproject.toml").read_text())["project"]
-    assert gpunode["version"] == plugin["version"]
-    assert gpunode["optional-dependencies"]["sim"] == [f"gpunode-device-plugin=={plugin['version']}"]
+    sim = tomllib.loads((REPO / "sim" / "pyproject.toml").read_text())["project"]
+    assert gpunode["version"] == plugin["version"] == sim["version"]
+    assert gpunode["optional-dependencies"]["sim"] == [f"gpunode-sim=={sim['version']}"]
+    assert {f"gpunode=={gpunode['version']}", f"gpunode-device-plugin=={plugin['version']}"} <= set(sim["dependencies"])
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    for source in (REPO, REPO / "plugin"):
+    for source in (REPO, REPO / "plugin", REPO / "sim"):
         built = run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(source)], REPO)
         assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     return out
@@ -59,7 +61,10 @@ def test_the_wheel_carries_the_templates_and_the_project_files(dist: Path) -> No
     assert "gpunode/templates/device-plugin.yaml.j2" in names
     assert "gpunode/scaffold/deploys/bootstrap.py" in names
     assert "gpunode/scaffold/inventories/group_data/all.py" in names
+    assert not [n for n in names if n.startswith("gpunode/sim/")]  # the simulator is a distribution of its own
     assert list(dist.glob("gpunode-*.tar.gz")) and list(dist.glob("gpunode_device_plugin-*.whl"))
+    sim = zipfile.ZipFile(next(dist.glob("gpunode_sim-*.whl"))).namelist()
+    assert "gpunode_sim/spec/profile_files/a100x4-containerd.yaml" in sim and "gpunode_sim/standins/nvidia_smi.py" in sim
 
 
 def test_an_installed_gpunode_works_from_a_project_of_its_own(venv: Path, tmp_path: Path) -> None:

@@ -10,9 +10,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim import plugin_image
-from gpunode.sim.oci import write_archive
+from gpunode_sim.images import plugin_image
+from gpunode_sim.images.oci import write_archive
 
 from .conftest import REPO
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gpunode_sim.spec.gpus import driver_state, gpu_uuid
+from gpunode_sim.spec.profiles import builtin_profiles, load_profile, plan_fleet
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gpus import driver_state, gpu_uuid
-from gpunode.sim.profiles import builtin_profiles, load_profile, plan_fleet
 
 
 def test_builtin_profiles_cover_the_required_fleet() -> None:

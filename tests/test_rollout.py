@@ -12,11 +12,10 @@ import json
 from pathlib import Path
 
 import pytest
+from gpunode_sim.cluster.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
 from lightkube import Client, KubeConfig
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
-
-from gpunode.sim.controlplane import OPERATOR_CONTEXT, OPERATOR_USER
 
 from .conftest import block
 from .test_provisioning import deploy, failing, verify

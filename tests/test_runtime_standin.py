@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).parents[1] / "src/gpunode/sim/standins/nvidia_container_runtime.py"
+SOURCE = Path(__file__).parents[1] / "sim/gpunode_sim/standins/nvidia_container_runtime.py"
 spec = importlib.util.spec_from_file_location("runtime_standin", SOURCE)
 standin = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(standin)

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import testinfra
-
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.node import KUBELET_PORT
-from gpunode.sim.profiles import load_profile
+from gpunode_sim.node.simnode import KUBELET_PORT
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import load_profile
 
 from . import fleet_ssh
 from .conftest import REPO, block, gpunode
@@ -206,8 +205,8 @@ def test_interrupted_up_then_down_leaves_the_machine_clean(tmp_path: Path, sim_e
     assert proc.returncode in (0, 130), err
     down = gpunode("sim", "down", env=env, check=False)
     assert down.returncode == 0, down.stderr
-    from gpunode.sim.fleet import leftovers
-    from gpunode.sim.paths import SimPaths
+    from gpunode_sim.fleet import leftovers
+    from gpunode_sim.host.paths import SimPaths
 
     assert leftovers(SimPaths(tmp_path / "sim", Path("/var/cache/gpunode"), 22)) == []
     assert not Path("/run/netns/gpunode22-node01").exists() and not Path("/run/netns/gpunode22-bastion").exists()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.sim.fleet import INOTIFY_PER_KUBELET_NODE, inotify_shortfall
+from gpunode_sim.fleet import INOTIFY_PER_KUBELET_NODE, inotify_shortfall
 
 
 def test_fifty_real_kubelets_are_refused_with_the_numbers() -> None:

@@ -15,10 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from gpunode.sim import systemctl
-from gpunode.sim.aptrepo import render_standin
-from gpunode.sim.paths import SimPaths
+from gpunode_sim.guest import systemctl
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.repos.aptrepo import render_standin
 
 UNIT = ("[Unit]\nDescription={name}\n[Service]\nExecStart=/bin/sleep 600\n{extra}\n"
         "[Install]\nWantedBy=multi-user.target\n")

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from gpunode_sim.cluster.controlplane import OPERATOR_USER
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
-
-from gpunode.sim.controlplane import OPERATOR_USER
 
 from .conftest import gpunode
 from .test_provisioning import INVENTORY, deploy, verify

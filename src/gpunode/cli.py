@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import click
@@ -11,25 +11,32 @@ import click
 from gpunode import __version__
 from gpunode.errors import GpunodeError
 
+COMMANDS_GROUP = "gpunode.commands"  # entry points of other distributions that add a command group
+# command groups gpunode's own extras provide: named (with what to install) even where they are not installed
+EXTRAS = {"sim": "gpunode-sim"}
 
-class LazyGroup(click.Group):
-    """Loads a subcommand's module only when it is used (the simulator is not imported otherwise)."""
 
-    lazy = {"sim": ("gpunode.sim.cli", "sim")}
-    needs = {"sim": ("gpunode_plugin",)}  # what the extra of the same name installs
+class PluggedGroup(click.Group):
+    """gpunode's commands plus those other installed distributions add through the ``gpunode.commands``
+    entry points (``gpunode sim`` comes from gpunode-sim); a command is imported only when it is used."""
+
+    @staticmethod
+    def plugged() -> dict[str, metadata.EntryPoint]:
+        return {entry.name: entry for entry in metadata.entry_points(group=COMMANDS_GROUP)}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted([*super().list_commands(ctx), *self.lazy])
+        return sorted({*super().list_commands(ctx), *self.plugged(), *EXTRAS})
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy:
-            module_name, attribute = self.lazy[name]
-            missing = next((m for m in self.needs.get(name, ()) if importlib.util.find_spec(m) is None), None)
-            if missing:
-                return self.unavailable(name, missing)
-            module = __import__(module_name, fromlist=[attribute])
-            return getattr(module, attribute)
-        return super().get_command(ctx, name)
+        own = super().get_command(ctx, name)
+        if own is not None:
+            return own
+        entry = self.plugged().get(name)
+        if entry is not None:
+            return entry.load()
+        if name in EXTRAS:
+            return self.unavailable(name, EXTRAS[name])
+        return None
 
     @staticmethod
     def unavailable(name: str, missing: str) -> click.Command:
@@ -44,7 +51,7 @@ class LazyGroup(click.Group):
                              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=PluggedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpunode")
 def cli() -> None:
     """Take NVIDIA GPU machines to Kubernetes nodes whose pods get working GPUs.

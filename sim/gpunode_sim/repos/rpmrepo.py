@@ -15,8 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from gpunode.sim.aptrepo import SimPackage, write_file
-from gpunode.sim.hostcmd import run
+from gpunode_sim.host.hostcmd import run
+from gpunode_sim.repos.packages import SimPackage, write_file
 
 RPM_ARCH = {"amd64": "x86_64", "arm64": "aarch64"}
 RPM_OPERATORS = {">=": ">=", "<<": "<", "=": "=", "<=": "<=", ">>": ">"}

@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim import controlplane, images, kubernetes, plugin_image, prereqs, toolkit_build
-from gpunode.sim.aptrepo import REPO_PATH, build_repo
-from gpunode.sim.bastion import FORWARD_PREFIX, Bastion
-from gpunode.sim.gpus import DEFAULT_DRIVER, FAULTS, driver_state
-from gpunode.sim.node import (
+from gpunode_sim.access.bastion import FORWARD_PREFIX, Bastion
+from gpunode_sim.access.ssh import SIM_USER, client_key, write_client_files
+from gpunode_sim.build import kubernetes, toolkit_build
+from gpunode_sim.cluster import controlplane
+from gpunode_sim.host import prereqs
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.host.processes import alive
+from gpunode_sim.images import layers, plugin_image
+from gpunode_sim.images.tools_layer import write_tools_layer
+from gpunode_sim.node.simnode import (
     REPO_PORT,
     NodeProcess,
     SimNode,
@@ -36,11 +41,9 @@ from gpunode.sim.node import (
     remove_cgroups,
     stop_processes,
 )
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.processes import alive
-from gpunode.sim.profiles import NodeSpec, load_profile
-from gpunode.sim.ssh import SIM_USER, client_key, write_client_files
-from gpunode.sim.tools import write_tools_layer
+from gpunode_sim.repos.aptrepo import REPO_PATH, build_repo
+from gpunode_sim.spec.gpus import DEFAULT_DRIVER, FAULTS, driver_state
+from gpunode_sim.spec.profiles import NodeSpec, load_profile
 
 Say = Callable[[str], None]
 READY_TIMEOUT = 60.0
@@ -117,7 +120,8 @@ def _start_service(paths: SimPaths, state: FleetState, role: str, argv: list[str
 
 
 def _start_repo_server(paths: SimPaths, state: FleetState) -> None:
-    _start_service(paths, state, "repo", ["gpunode.sim.reposerver", str(paths.repo), str(paths.run / "repo.sock")],
+    _start_service(paths, state, "repo",
+                   ["gpunode_sim.repos.reposerver", str(paths.repo), str(paths.run / "repo.sock")],
                    paths.run / "repo.sock")
 
 
@@ -128,7 +132,7 @@ def _start_control_plane(paths: SimPaths, state: FleetState, say: Say) -> Path:
         state.save()
 
     kubeconfig = controlplane.start(paths, state.data["services"], record, say)
-    _start_service(paths, state, "supervisor", ["gpunode.sim.supervisor", str(paths.state)], None)
+    _start_service(paths, state, "supervisor", ["gpunode_sim.host.supervisor", str(paths.state)], None)
     return kubeconfig
 
 
@@ -228,7 +232,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
                            "is the host owner's decision, not the simulator's")
     started, booted = time.monotonic(), time.time()
     say(f"starting {len(specs)} node(s) in {paths.state}")
-    images.prepare_images(paths, {(s.os, s.runtime) for s in specs}, say)
+    layers.prepare_images(paths, {(s.os, s.runtime) for s in specs}, say)
     write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
     if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)

@@ -11,7 +11,7 @@ Two layers, as ``plugin/Dockerfile`` describes them for users with Docker:
   byte-compiled with hash-checked ``.pyc`` files so a read-only root filesystem
   needs no writes.
 
-Written by ``gpunode.sim.oci``: the same inputs give the same image digest.
+Written by ``gpunode_sim.images.oci``: the same inputs give the same image digest.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from importlib import metadata
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.hostcmd import run
-from gpunode.sim.mirror import debian_mirror
-from gpunode.sim.oci import layer_tar, write_archive
+from gpunode_sim.host.hostcmd import run
+from gpunode_sim.host.mirror import debian_mirror
+from gpunode_sim.images.oci import layer_tar, write_archive
 
 SUITE = "bookworm"
 BASE_IMAGE = "debian:bookworm-slim"  # what plugin/Dockerfile starts FROM; debootstrap minbase is its recipe

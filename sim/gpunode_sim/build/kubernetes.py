@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gobuild import build_into, finished, module_gomod, module_path, run_go, write_build_module
+from gpunode_sim.build.gobuild import build_into, finished, module_gomod, module_path, run_go, write_build_module
 
 KUBERNETES_VERSION = "1.37.2"
 KUBE_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -63,7 +63,7 @@ def build_module(version: str, kubernetes_gomod: str) -> str:
     staging = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s+=>\s+\./staging/", kubernetes_gomod, re.MULTILINE)))
     if not staging:
         raise GpunodeError(f"k8s.io/kubernetes v{version}'s go.mod names no staging modules",
-                           "pin another KUBERNETES_VERSION in gpunode.sim.kubernetes")
+                           "pin another KUBERNETES_VERSION in gpunode_sim.build.kubernetes")
     go = re.search(r"^go (\d+\.\d+)", kubernetes_gomod, re.MULTILINE)
     lines = ["module gpunode.local/kubebuild", "", f"go {go.group(1) if go else '1.25'}", "",
              f"require k8s.io/kubernetes v{version}", "", "replace ("]

@@ -12,8 +12,8 @@ On containerd nodes the kubelet is the real one (v1.35, built by ``gpunode sim
 build``), a ``kubelet.service`` the node's init starts, with the node's
 containerd as its CRI runtime. A real kubelet refuses a loopback node IP, so the
 node also has ``10.230.<block>.<n>`` on its own loopback device (the API server
-reaches it through ``gpunode.sim.egress``). Docker nodes run the simulator's
-node agent (``gpunode.sim.nodeagent``) instead: Kubernetes removed its docker
+reaches it through ``gpunode_sim.cluster.egress``). Docker nodes run the simulator's
+node agent (``gpunode_sim.guest.kubelet_agent``) instead: Kubernetes removed its docker
 support, and cri-dockerd is not built here.
 """
 
@@ -34,15 +34,15 @@ from pathlib import Path
 
 import yaml
 
-from gpunode.sim.controlplane import APISERVER_PORT, node_credentials
-from gpunode.sim.egress import node_address
-from gpunode.sim.gpus import driver_state
-from gpunode.sim.images import SIM_UID, layer_dir, lower_dirs
-from gpunode.sim.oci import archive_digest
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.processes import alive, signal_group, signal_pid
-from gpunode.sim.profiles import NodeSpec
-from gpunode.sim.ssh import SIM_USER, ensure_key
+from gpunode_sim.access.ssh import SIM_USER, ensure_key
+from gpunode_sim.cluster.controlplane import APISERVER_PORT, node_credentials
+from gpunode_sim.cluster.egress import node_address
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.host.processes import alive, signal_group, signal_pid
+from gpunode_sim.images.layers import SIM_UID, layer_dir, lower_dirs
+from gpunode_sim.images.oci import archive_digest
+from gpunode_sim.spec.gpus import driver_state
+from gpunode_sim.spec.profiles import NodeSpec
 
 NVIDIA_MAJOR, UVM_MAJOR = 195, 237
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib/gpunode-sim")
@@ -67,7 +67,7 @@ def kubelet_config(cgroup_root: str) -> dict:
         "cgroupDriver": "cgroupfs",  # no systemd as the node's init
         "cgroupRoot": cgroup_root,  # nodes share the host's cgroup tree: each boot has a root of its own
         # the kubelet would set vm.overcommit_memory, kernel.panic and kernel.panic_on_oops, machine-wide: it only
-        # checks them, and the node's /proc/sys shows it the values it wants (gpunode.sim.nodeinit)
+        # checks them, and the node's /proc/sys shows it the values it wants (gpunode_sim.guest.init)
         "protectKernelDefaults": True,
         "failSwapOn": False,
         "address": "127.0.0.1", "healthzBindAddress": "127.0.0.1", "readOnlyPort": 0,
@@ -225,19 +225,21 @@ class SimNode:
 
     def _built(self, kubelet: bool, plugin: bool) -> tuple[Path | None, Path | None]:
         """The built kubelet folder and plugin image folder this node needs (None where it needs none)."""
-        from gpunode.sim import kubernetes, plugin_image
+        from gpunode_sim.build import kubernetes
+        from gpunode_sim.images import plugin_image
 
         return (kubernetes.require_node(self.paths.cache) if kubelet else None,
                 plugin_image.require(self.paths.cache) if plugin else None)
 
     def _kubelet_files(self, boot_id: str, plugin: Path) -> dict[str, str]:
-        from gpunode.sim import plugin_image, tools, workload_image
+        from gpunode_sim.images import plugin_image, workload_image
+        from gpunode_sim.images.tools_layer import PAUSE_IMAGE, PAUSE_NAME, WORKLOAD_IMAGE
 
         tools_layer = self.paths.layer("tools")
-        archives = {tools.PAUSE_NAME: tools_layer / tools.PAUSE_IMAGE,
-                    workload_image.IMAGE_NAME: tools_layer / tools.WORKLOAD_IMAGE,
+        archives = {PAUSE_NAME: tools_layer / PAUSE_IMAGE,
+                    workload_image.IMAGE_NAME: tools_layer / WORKLOAD_IMAGE,
                     plugin_image.describe(plugin)["name"]: plugin / plugin_image.ARCHIVE}
-        inside = {tools.PAUSE_NAME: f"/{tools.PAUSE_IMAGE}", workload_image.IMAGE_NAME: f"/{tools.WORKLOAD_IMAGE}"}
+        inside = {PAUSE_NAME: f"/{PAUSE_IMAGE}", workload_image.IMAGE_NAME: f"/{WORKLOAD_IMAGE}"}
         images = " ".join(f"{name}@{archive_digest(path)}={inside.get(name, path)}" for name, path in archives.items())
         cgroup_root = cgroup_root_of(boot_id)
         extra = f"--hostname-override={self.spec.name} --node-ip={node_address(self.spec.address)}"
@@ -272,7 +274,7 @@ class SimNode:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         commands = {
             "init": ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "--ipc", "--mount", "--pid",
-                     "--fork", "--kill-child=SIGTERM", sys.executable, "-m", "gpunode.sim.nodeinit",
+                     "--fork", "--kill-child=SIGTERM", sys.executable, "-m", "gpunode_sim.guest.init",
                      str(self.dir / "boot.json")],
         }
         for sock in (self.ssh_socket, self.kubelet_socket):
@@ -300,7 +302,7 @@ class SimNode:
     def start_kubelet(self, pid1: int, record: Callable[[NodeProcess], None]) -> None:
         """The node's kubelet, inside all of its namespaces; its log is the node's /var/log/gpunode-kubelet.log."""
         argv = ["nsenter", "-t", str(pid1), "-m", "-u", "-i", "-n", "-p", "-r", "-w", "sh", "-c",
-                f"exec {sys.executable} -m gpunode.sim.nodeagent >>/var/log/gpunode-kubelet.log 2>&1"]
+                f"exec {sys.executable} -m gpunode_sim.guest.kubelet_agent >>/var/log/gpunode-kubelet.log 2>&1"]
         spawn("kubelet", argv, record, subprocess.DEVNULL, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
 
     def wait_ready(self, timeout: float, processes: list[NodeProcess]) -> str | None:
@@ -365,7 +367,7 @@ def spawn(role: str, argv: list[str], record: Callable[[NodeProcess], None], out
 
 def kubelet_version() -> str:
     """What the node's kubelet says it is: the control plane's version, marked as the simulator's kubelet."""
-    from gpunode.sim.kubernetes import KUBERNETES_VERSION
+    from gpunode_sim.build.kubernetes import KUBERNETES_VERSION
 
     return f"v{KUBERNETES_VERSION}-gpunode-sim"
 
@@ -385,7 +387,7 @@ def runtime_version(paths: SimPaths, os_name: str, runtime: str) -> str:
 
 def plugin_reference(folder: Path) -> dict[str, str]:
     """The plugin image's name and archive, as the docker nodes' agent loads it."""
-    from gpunode.sim import plugin_image
+    from gpunode_sim.images import plugin_image
 
     return {"name": plugin_image.describe(folder)["name"], "archive": str(folder / plugin_image.ARCHIVE)}
 
@@ -422,9 +424,10 @@ def code_roots() -> list[str]:
     import gpunode_plugin
 
     import gpunode
+    import gpunode_sim
 
     roots = {Path(sys.prefix).resolve(), Path(gpunode.__file__).resolve().parents[1],
-             Path(gpunode_plugin.__file__).resolve().parents[1]}
+             Path(gpunode_plugin.__file__).resolve().parents[1], Path(gpunode_sim.__file__).resolve().parents[1]}
     interpreter = Path(sys.base_prefix).resolve()
     if not interpreter.is_relative_to("/usr"):  # a Python of its own (pyenv, /opt): the node needs it too
         roots.add(interpreter)

@@ -24,12 +24,12 @@ from pathlib import Path
 import tomlkit
 
 from gpunode.errors import GpunodeError
-from gpunode.sim import systemctl
-from gpunode.sim.hostcmd import run
-from gpunode.sim.mirror import debian_mirror
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.profiles import DEFAULT_OS, OPERATING_SYSTEMS
-from gpunode.sim.ssh import SIM_USER
+from gpunode_sim.access.ssh import SIM_USER
+from gpunode_sim.guest import systemctl
+from gpunode_sim.host.hostcmd import run
+from gpunode_sim.host.mirror import debian_mirror
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.spec.profiles import DEFAULT_OS, OPERATING_SYSTEMS
 
 SUITE = OPERATING_SYSTEMS[DEFAULT_OS]
 BASE_PACKAGES = ("openssh-server", "python3", "gnupg", "ca-certificates", "curl", "procps", "iproute2",

@@ -20,10 +20,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from gpunode.sim.images import DEFAULT_OS, base_rootfs, layer_dir
-from gpunode.sim.node import NodeProcess, spawn, stop_processes, write_upper
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.ssh import BASTION, SIM_USER, ensure_key
+from gpunode_sim.access.ssh import BASTION, SIM_USER, ensure_key
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.images.layers import DEFAULT_OS, base_rootfs, layer_dir
+from gpunode_sim.node.simnode import NodeProcess, spawn, stop_processes, write_upper
 
 NAME = BASTION
 HOST_INDEX = 253  # the block's .253 (nodes count up from .1, the API server is .254)
@@ -84,7 +84,7 @@ class Bastion:
         self.ssh_socket.unlink(missing_ok=True)
         self._spawn(record, "init", ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "--uts", "--ipc",
                                      "--mount", "--pid", "--fork", "--kill-child=SIGTERM", sys.executable, "-m",
-                                     "gpunode.sim.nodeinit", str(self.dir / "boot.json")])
+                                     "gpunode_sim.guest.init", str(self.dir / "boot.json")])
         self._spawn(record, "ssh-node", ["nsenter", f"--net=/run/netns/{self.netns}", "socat",
                                          f"UNIX-LISTEN:{self.ssh_socket},fork,mode=600", "TCP:127.0.0.1:22"])
         self._spawn(record, "ssh-host", ["socat", f"TCP-LISTEN:22,bind={self.address},reuseaddr,fork",

@@ -17,9 +17,9 @@ DaemonSet's hostPath mounts, env and args, a read-only root and the node's
 network; elsewhere (the light mode for large benches) as a process from the code
 bound into the node. Either is restarted with a back-off like the kubelet's; a
 workload pod gets its devices through the kubelet stand-in's Allocate and runs
-once with the node's runtime (``gpunode.sim.workload``).
+once with the node's runtime (``gpunode_sim.guest.workload``).
 
-    python -m gpunode.sim.nodeagent      (config: /etc/gpunode-sim/kubelet.json)
+    python -m gpunode_sim.guest.kubelet_agent      (config: /etc/gpunode-sim/kubelet.json)
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
-from gpunode.sim.kubelet import KubeletStandin
-from gpunode.sim.workload import DeviceAdmissionError, Outcome, admit, kill, launch
+from gpunode_sim.guest.device_manager import KubeletStandin
+from gpunode_sim.guest.workload import DeviceAdmissionError, Outcome, admit, kill, launch
 
 SOCKET_DIR = "/var/lib/kubelet/device-plugins"
 UNMOUNTED_SOCKET_DIR = "/var/lib/gpunode-sim/not-mounted/device-plugins"  # never created

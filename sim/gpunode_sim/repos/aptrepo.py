@@ -4,7 +4,7 @@ Laid out like the real one (``<base>/gpgkey`` and ``<base>/stable/deb/$(ARCH)``,
 a flat repository), signed with a throw-away key, holding the four toolkit
 packages at each simulated version with the real inter-package dependencies.
 The toolkit packages carry the REAL ``nvidia-ctk`` of their version, built from
-NVIDIA's source (``gpunode.sim.toolkit_build``); ``nvidia-container-runtime`` and
+NVIDIA's source (``gpunode_sim.build.toolkit_build``); ``nvidia-container-runtime`` and
 the rest stay stand-ins, since what they do needs a GPU.
 """
 
@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from gpunode.sim import toolkit_build
-from gpunode.sim.hostcmd import run
+from gpunode_sim.build import toolkit_build
+from gpunode_sim.host.hostcmd import run
+from gpunode_sim.repos.packages import SimPackage, write_file
+from gpunode_sim.repos.rpmrepo import RPM_ARCH, build_rpms
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
 RPM_RECIPE = "rpm repository 1: signed packages, signed repomd.xml"
@@ -43,14 +45,13 @@ class RepoInfo:
     @property
     def rpm_dir(self) -> Path:
         """The rpm repository's ``$basearch`` folder."""
-        from gpunode.sim.rpmrepo import RPM_ARCH
 
         return self.root / REPO_PATH / "stable" / "rpm" / RPM_ARCH.get(self.arch, self.arch)
 
 
 def render_standin(name: str, **values: str) -> str:
     """The text of a stand-in script with its ``@NAME@`` placeholders filled in."""
-    text = (resources.files("gpunode.sim") / "standins" / name).read_text()
+    text = (resources.files("gpunode_sim") / "standins" / name).read_text()
     for key, value in values.items():
         text = text.replace(f"@{key.upper()}@", value)
     return text
@@ -62,16 +63,6 @@ def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POSTINST)).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
-
-
-def write_file(path: Path, content: str | bytes, mode: int = 0o644) -> None:
-    """Write ``content`` (text or bytes) at ``path`` with ``mode``, making its folders."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    else:
-        path.write_text(content)
-    path.chmod(mode)
 
 
 def _control(name: str, version: str, arch: str, depends: str, description: str) -> str:
@@ -102,21 +93,6 @@ def _build_package(work: Path, out: Path, name: str, version: str, arch: str, de
         write_file(root / "DEBIAN" / "postinst", postinst, 0o755)
     run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out / f"{name}_{version}_{arch}.deb")],
         what=f"building the simulated package {name} {version}")
-
-
-@dataclass(frozen=True)
-class SimPackage:
-    """One simulated toolkit package: its files and dependencies, written as a .deb and as an .rpm."""
-
-    name: str
-    version: str
-    depends: tuple[tuple[str, str, str], ...]  # (package, operator as Debian writes it: >=, <<, =, version)
-    files: dict[str, tuple[str | bytes, int]]
-    conffiles: tuple[str, ...] = ()
-    postinst: str = ""  # a shell script run after the files are in place (dpkg's postinst, rpm's %post)
-
-    def deb_depends(self) -> str:
-        return ", ".join(f"{name} ({op} {version})" for name, op, version in self.depends)
 
 
 # As NVIDIA's packages do since 1.14 ("generate default config as post-install step"): the base package ships no
@@ -207,7 +183,6 @@ def build_repo(root: Path, nvidia_ctk: dict[str, Path]) -> RepoInfo:
                 what="signing InRelease", env=env, cwd=str(dist))
             run(["gpg", "--batch", "--yes", "-abs", "-o", "Release.gpg", "Release"],
                 what="signing Release", env=env, cwd=str(dist))
-            from gpunode.sim.rpmrepo import build_rpms
 
             build_rpms(info.rpm_dir, arch, toolkit_packages("/usr/lib64", nvidia_ctk), gnupg, SIGNER)
             key = run(["gpg", "--batch", "--armor", "--export", SIGNER], what="exporting the key", env=env)

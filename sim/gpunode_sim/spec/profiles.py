@@ -1,7 +1,7 @@
 """GPU profiles of simulated nodes: built-in ones, files, and fleet files.
 
 A profile says what a node has: its container runtime, its GPUs (model from
-:data:`gpunode.sim.gpus.MODELS`, count, MIG), its driver (user-space and loaded
+:data:`gpunode_sim.spec.gpus.MODELS`, count, MIG), its driver (user-space and loaded
 module versions), NVSwitches, and injected faults. A fleet file maps node names
 to profiles.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gpus import FAULTS, MODELS
+from gpunode_sim.spec.gpus import FAULTS, MODELS
 
 RUNTIMES = ("containerd", "docker")
 # The Debian release a node's image is built from, by the name a profile gives it.
@@ -58,7 +58,7 @@ class NodeSpec:
 
 
 def builtin_profiles() -> list[str]:
-    folder = resources.files("gpunode.sim") / "profiles"
+    folder = resources.files("gpunode_sim.spec") / "profile_files"
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
@@ -74,7 +74,7 @@ def load_profile(ref: str) -> dict:
         if ref not in builtin_profiles():
             raise GpunodeError(f"unknown profile {ref!r}",
                                f"use one of: {', '.join(builtin_profiles())}, or a YAML file path")
-        text = (resources.files("gpunode.sim") / "profiles" / f"{ref}.yaml").read_text()
+        text = (resources.files("gpunode_sim.spec") / "profile_files" / f"{ref}.yaml").read_text()
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:

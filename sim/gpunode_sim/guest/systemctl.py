@@ -65,7 +65,7 @@ def patch_source(text: str) -> str:
     for why, old, new in PATCHES:
         if text.count(old) != 1:
             raise GpunodeError(f"patching {PACKAGE} {RELEASE} failed: '{why}' does not apply",
-                               "the pinned release changed; update gpunode.sim.systemctl.PATCHES")
+                               "the pinned release changed; update gpunode_sim.guest.systemctl.PATCHES")
         text = text.replace(old, new)
     return text
 

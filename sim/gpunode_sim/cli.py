@@ -10,10 +10,10 @@ import sys
 import click
 
 from gpunode.errors import GpunodeError
-from gpunode.sim import fleet
-from gpunode.sim.gpus import FAULTS, MODELS
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.profiles import OPERATING_SYSTEMS, builtin_profiles, plan_fleet
+from gpunode_sim import fleet
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.spec.gpus import FAULTS, MODELS
+from gpunode_sim.spec.profiles import OPERATING_SYSTEMS, builtin_profiles, plan_fleet
 
 
 def say(message: str) -> None:
@@ -58,7 +58,8 @@ def build() -> None:
     Example:
       gpunode sim build
     """
-    from gpunode.sim import kubernetes, plugin_image, toolkit_build
+    from gpunode_sim.build import kubernetes, toolkit_build
+    from gpunode_sim.images import plugin_image
 
     cache = SimPaths.from_env().cache
     click.echo(str(kubernetes.ensure_built(cache, say)))
@@ -82,7 +83,7 @@ def kubectl(args: tuple[str, ...]) -> None:
       gpunode sim kubectl get pods -A -o wide
       gpunode sim kubectl --context gpunode-sim-viewer auth can-i list nodes
     """
-    from gpunode.sim.kubernetes import require
+    from gpunode_sim.build.kubernetes import require
 
     paths = SimPaths.from_env()
     if not paths.kubeconfig.exists():

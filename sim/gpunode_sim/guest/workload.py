@@ -15,8 +15,8 @@ import subprocess
 import tomllib
 from dataclasses import dataclass, field
 
-from gpunode.sim.kubelet import KubeletStandin
-from gpunode.sim.workload_image import IMAGE_NAME
+from gpunode_sim.guest.device_manager import KubeletStandin
+from gpunode_sim.images.workload_image import IMAGE_NAME
 
 IMAGE_ARCHIVE = "/usr/lib/gpunode-sim/workload-image.tar"
 ROOTFS_ARCHIVE = "/usr/lib/gpunode-sim/workload-rootfs.tar"

@@ -4,7 +4,7 @@ A node's ``reboot`` stand-in writes a request into the node's data folder; this
 process (one per fleet, started by ``gpunode sim up``) restarts that node with
 its disk kept, as pressing the reset button would.
 
-    python -m gpunode.sim.supervisor STATE_DIR
+    python -m gpunode_sim.host.supervisor STATE_DIR
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import threading
 import time
 from pathlib import Path
 
-from gpunode.sim.fleet import FleetState, restart_node
-from gpunode.sim.node import REBOOT_REQUEST
-from gpunode.sim.paths import SimPaths
+from gpunode_sim.fleet import FleetState, restart_node
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.node.simnode import REBOOT_REQUEST
 
 POLL = 0.5
 # one node's restart at a time: a restart rewrites the fleet's record and the shared tools layer (two at once lost

@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gpunode.sim.aptrepo import render_standin
-from gpunode.sim.oci import files_layer, write_archive
-from gpunode.sim.workload_image import write_image
+from gpunode_sim.images.oci import files_layer, write_archive
+from gpunode_sim.images.workload_image import write_image
+from gpunode_sim.repos.aptrepo import render_standin
 
 WORKLOAD_IMAGE = "usr/lib/gpunode-sim/workload-image.tar"
 WORKLOAD_ROOTFS = "usr/lib/gpunode-sim/workload-rootfs.tar"

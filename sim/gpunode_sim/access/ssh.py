@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpunode.sim.hostcmd import run
+from gpunode_sim.host.hostcmd import run
 
-BASTION = "bastion"  # the jump host's name in the ssh_config (gpunode.sim.bastion)
-SIM_USER = "sre"  # the operator's account on every node and the bastion (made in the images, gpunode.sim.images)
+BASTION = "bastion"  # the jump host's name in the ssh_config (gpunode_sim.access.bastion)
+SIM_USER = "sre"  # the operator's account on every node and the bastion (made in the images, gpunode_sim.images.layers)
 
 
 def ensure_key(path: Path, comment: str) -> str:

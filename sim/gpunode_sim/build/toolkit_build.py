@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode.sim.gobuild import build_into, finished, run_go, write_build_module
+from gpunode_sim.build.gobuild import build_into, finished, run_go, write_build_module
 
 MODULE = "github.com/NVIDIA/nvidia-container-toolkit"
 COMMITS = {"1.17.8": "f202b80a9b9d0db00d9b1d73c0128c8962c55f4d", "1.20.0": "5505e2f94d9aaa08561490db974ba3cd676af209"}

@@ -1,6 +1,6 @@
 """The fleet's Kubernetes control plane: real etcd, kube-apiserver, kube-controller-manager and kube-scheduler.
 
-Built once per machine (``gpunode.sim.kubernetes``) and started per fleet on its
+Built once per machine (``gpunode_sim.build.kubernetes``) and started per fleet on its
 loopback block's last address, ``127.0.<block>.254``: etcd on 2379/2380 (plain
 HTTP, loopback only), the API server with TLS on 6443, RBAC and the Node
 authorizer with NodeRestriction, an audit log of writes
@@ -38,10 +38,10 @@ import yaml
 from gpunode.cluster import rbac
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.errors import GpunodeError
-from gpunode.sim.kubernetes import require
-from gpunode.sim.paths import SimPaths
-from gpunode.sim.pki import Authority, Pair
-from gpunode.sim.processes import alive, signal_group
+from gpunode_sim.build.kubernetes import require
+from gpunode_sim.cluster.pki import Authority, Pair
+from gpunode_sim.host.paths import SimPaths
+from gpunode_sim.host.processes import alive, signal_group
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -150,7 +150,7 @@ def node_credentials(paths: SimPaths, name: str, address: str) -> dict[str, str]
 
 
 def egress_selector(paths: SimPaths) -> dict:
-    """The API server reaches kubelets (logs, exec) through gpunode.sim.egress, everything else directly."""
+    """The API server reaches kubelets (logs, exec) through gpunode_sim.cluster.egress, everything else directly."""
     return {"apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
             "egressSelections": [
                 {"name": "cluster", "connection": {"proxyProtocol": "HTTPConnect",
@@ -164,7 +164,7 @@ def _argv(paths: SimPaths, bin_dir: Path) -> dict[str, list[str]]:
     etcd_url = f"http://{address}:{ETCD_CLIENT_PORT}"
     peer_url = f"http://{address}:{ETCD_PEER_PORT}"
     return {
-        "egress": [sys.executable, "-m", "gpunode.sim.egress", str(run / "egress.sock")],
+        "egress": [sys.executable, "-m", "gpunode_sim.cluster.egress", str(run / "egress.sock")],
         "etcd": [str(bin_dir / "etcd"), "--name", "gpunode-sim", "--data-dir", str(paths.state / "etcd"),
                  "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
                  "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,

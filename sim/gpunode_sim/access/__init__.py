@@ -1,0 +1,1 @@
+"""How an operator reaches the fleet: SSH identities and config, the bastion."""

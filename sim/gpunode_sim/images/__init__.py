@@ -1,0 +1,2 @@
+"""Images and layers: node root filesystems, OCI archives, the device plugin's and the workload's images, the tools
+layer."""

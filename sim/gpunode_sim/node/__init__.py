@@ -1,0 +1,1 @@
+"""What the host does to one node: its files, boot plan and processes."""

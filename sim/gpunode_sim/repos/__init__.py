@@ -1,0 +1,1 @@
+"""NVIDIA's package repositories as the fleet has them: the toolkit packages, apt and rpm, and their server."""
