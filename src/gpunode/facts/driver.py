@@ -6,6 +6,8 @@ round trip per host for the whole driver check.
 
 from __future__ import annotations
 
+import re
+
 from pyinfra.api import FactBase
 
 from gpunode.facts.sections import exit_code, section, split_sections
@@ -13,6 +15,9 @@ from gpunode.facts.sections import exit_code, section, split_sections
 QUERY_FIELDS = "index,name,uuid,memory.total,driver_version,pci.bus_id,compute_cap,mig.mode.current"
 QUERY_FIELDS_OLD = "index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current"
 
+
+NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes digits int() refuses
+MODE = re.compile(r"[0-7]{3,4}")  # a file mode as stat -c %a prints it
 
 # NVIDIA's documented --query-gpu / --query-remapped-rows field names (nvidia-smi --help-query-gpu)
 HEALTH_FIELDS = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,compute_mode"
@@ -79,9 +84,9 @@ class DriverState(FactBase):
         health = []
         for line in parts.get("health", []):
             values = [v.strip() for v in line.split(",")]
-            if len(values) == 4 and values[0].isdigit():
+            if len(values) == 4 and NUMBER.fullmatch(values[0]):
                 index, ecc, retired, compute = values
-                health.append({"index": int(index), "ecc_uncorrected": int(ecc) if ecc.isdigit() else None,
+                health.append({"index": int(index), "ecc_uncorrected": int(ecc) if NUMBER.fullmatch(ecc) else None,
                                "retired_pending": None if "N/A" in retired else retired, "compute_mode": compute})
         remapped = {}
         for line in parts.get("remap", []):
@@ -100,11 +105,11 @@ class DriverState(FactBase):
                     cap = None
                 else:
                     continue
-                if not index.isdigit():  # not a row of the query: the diagnosis quotes the output as it came
+                if not NUMBER.fullmatch(index):  # not a row of the query: the diagnosis quotes the output as it came
                     continue
                 gpus.append({
                     "index": int(index), "name": name, "uuid": uuid,
-                    "memory_mib": int(memory) if memory.isdigit() else None,
+                    "memory_mib": int(memory) if NUMBER.fullmatch(memory) else None,
                     "driver_version": driver, "pci_bus_id": bus, "compute_cap": cap,
                     "mig_mode": None if mig in ("[N/A]", "N/A") else mig,
                 })
@@ -116,7 +121,7 @@ class DriverState(FactBase):
         for line in parts.get("devices", []):  # "MODE PATH" as stat prints it, or the path alone
             mode, _, path = line.strip().rpartition(" ")
             devices.append(path)
-            if mode.isdigit():
+            if MODE.fullmatch(mode):
                 modes[path] = mode
         return {
             "nvidia_smi": {"rc": rc, "output": smi_lines, "gpus": gpus},
@@ -127,7 +132,7 @@ class DriverState(FactBase):
             "health": health,
             "remapped_rows": remapped,
             "modules": parts.get("modules", []),
-            "nvswitch_count": int(switches[0]) if switches and switches[0].strip().isdigit() else 0,
+            "nvswitch_count": int(switches[0]) if switches and NUMBER.fullmatch(switches[0].strip()) else 0,
             "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},
             "fabric": parts.get("fabric", []),
         }

@@ -98,7 +98,7 @@ class ToolkitPackages(FactBase):
         modes = {}
         for line in parts.get("programs", []):
             mode, _, path = line.partition(" ")
-            if path in TOOLKIT_PROGRAMS and mode.isdigit():
+            if path in TOOLKIT_PROGRAMS and re.fullmatch(r"[0-7]{3,4}", mode):
                 modes[path] = mode
         return {"config": parse_config(parts.get("config", [])), "paths": paths, "modes": modes,
                 "cdi_specs": sorted(line.strip() for line in parts.get("cdi", []) if line.strip().startswith("/"))}
