@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 MARK = "##gpunode:"
 
 
@@ -23,6 +25,6 @@ def split_sections(lines: list[str]) -> dict[str, list[str]]:
 
 def exit_code(lines: list[str]) -> tuple[int | None, list[str]]:
     """Split a trailing ``rc=N`` line from the output it closes."""
-    if lines and lines[-1].startswith("rc=") and lines[-1][3:].strip().isdigit():
+    if lines and re.fullmatch(r"rc=[0-9]+", lines[-1].strip()):
         return int(lines[-1][3:]), lines[:-1]
     return None, lines
