@@ -60,7 +60,7 @@ def render_standin(name: str, **values: str) -> str:
 def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
     digest.update(render_standin("nvidia_container_runtime.py").encode())
-    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POSTINST)).encode())
+    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POST_INSTALL, "lua %post")).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
 
@@ -100,10 +100,7 @@ def _build_package(work: Path, out: Path, name: str, version: str, arch: str, de
 # ldconfig path among them: "@/sbin/ldconfig.real" only where that file exists, as on Ubuntu) and keeps the values
 # of a config that is already there.
 TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
-BASE_POSTINST = ("#!/bin/sh\nset -e\n"
-                 'if [ "$1" = configure ] || [ "$1" -ge 1 ] 2>/dev/null; then\n'
-                 f"  /usr/bin/nvidia-ctk --quiet config --config-file={TOOLKIT_CONFIG} --in-place\n"
-                 "fi\nexit 0\n")
+BASE_POST_INSTALL = ("/usr/bin/nvidia-ctk", "--quiet", "config", f"--config-file={TOOLKIT_CONFIG}", "--in-place")
 
 
 def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackage]:
@@ -123,7 +120,7 @@ def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackag
                 "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
                 "/usr/bin/nvidia-container-runtime": (
                     render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
-            }, postinst=BASE_POSTINST),
+            }, post_install=BASE_POST_INSTALL),
             SimPackage("nvidia-container-toolkit", version,
                        (("nvidia-container-toolkit-base", "=", version), ("libnvidia-container-tools", ">=", version),
                         ("libnvidia-container-tools", "<<", "2.0.0")),
@@ -140,7 +137,7 @@ def build_packages(out: Path, arch: str, nvidia_ctk: dict[str, Path]) -> None:
         libdir = "/usr/lib/x86_64-linux-gnu" if arch == "amd64" else f"/usr/lib/{arch}-linux-gnu"
         for package in toolkit_packages(libdir, nvidia_ctk):
             _build_package(work, out, package.name, package.version, arch, package.deb_depends(), package.files,
-                           package.conffiles, package.postinst)
+                           package.conffiles, package.postinst_script())
 
 
 def _make_key(gnupg: Path) -> str:

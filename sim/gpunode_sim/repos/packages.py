@@ -26,7 +26,20 @@ class SimPackage:
     depends: tuple[tuple[str, str, str], ...]  # (package, operator as Debian writes it: >=, <<, =, version)
     files: dict[str, tuple[str | bytes, int]]
     conffiles: tuple[str, ...] = ()
-    postinst: str = ""  # a shell script run after the files are in place (dpkg's postinst, rpm's %post)
+    post_install: tuple[str, ...] = ()  # a command run after the files are in place (dpkg's postinst, rpm's %post)
+
+    def postinst_script(self) -> str:
+        """The command as dpkg's postinst runs it (on configure, as NVIDIA's packages do)."""
+        if not self.post_install:
+            return ""
+        return ('#!/bin/sh\nset -e\nif [ "$1" = configure ]; then\n  ' + " ".join(self.post_install)
+                + "\nfi\nexit 0\n")
+
+    def rpm_post_lua(self) -> str:
+        """The command as an rpm %post in rpm's embedded Lua: a /bin/sh scriptlet would make rpmbuild add
+        ``Requires(post): /bin/sh``, which the rpm stand-in's database has no package to provide (on a real RHEL
+        host bash does)."""
+        return "rpm.execute(" + ", ".join(f'"{arg}"' for arg in self.post_install) + ")"
 
     def deb_depends(self) -> str:
         return ", ".join(f"{name} ({op} {version})" for name, op, version in self.depends)

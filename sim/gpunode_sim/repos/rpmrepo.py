@@ -33,7 +33,7 @@ def spec(package: SimPackage, arch: str, stage: Path) -> str:
         f"BuildArch: {arch}", "AutoReqProv: no", *requires, "",
         "%description", f"{package.name} as the gpunode simulated fleet's NVIDIA repository carries it.", "",
         "%install", f"cp -a {stage}/. %{{buildroot}}/", "",
-        *(["%post", package.postinst.split("\n", 1)[1], ""] if package.postinst else []),
+        *(["%post -p <lua>", package.rpm_post_lua(), ""] if package.post_install else []),
         "%files", *files, "",
     ])
 
