@@ -1,0 +1,1 @@
+"""Real components built once per machine from Go modules: Kubernetes, the kubelet, NVIDIA's tools."""
