@@ -341,3 +341,15 @@ def test_a_plugin_waiting_for_a_kubelet_socket_that_never_comes_is_told_where_to
     finding = plugin_diagnosis.diagnose(ROLLED, pod, NODE, FOUR, "ns")[0]
     assert finding.code == "plugin-not-ready" and f"log: {said}" in finding.evidence
     assert "hostPath must be the kubelet's device-plugins folder" in finding.fix
+
+
+def test_mig_single_counts_the_mig_devices_nvidia_smi_lists() -> None:
+    """Before: any MIG node was "not checked" (count unknown); under single the count is the MIG devices'."""
+    gpus = [{"index": i, "mig_mode": "Enabled", "mig_devices": ["1g.5gb"] * 7} for i in range(2)]
+    offer = expected_offer(gpus, "single", None)
+    assert (offer.resource, offer.count) == ("nvidia.com/gpu", 14) and "14 MIG device(s)" in offer.basis
+    node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "14"})
+    assert [f.severity for f in plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")] == [Severity.OK]
+    assert expected_offer(gpus, "mixed", None).count is None  # one count cannot hold several profiles
+    assert expected_offer([{k: v for k, v in g.items() if k != "mig_devices"} for g in gpus], "single",
+                          None).count is None  # not listed: unknown, never guessed

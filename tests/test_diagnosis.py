@@ -84,6 +84,13 @@ DRIVER_CASES = [
     ("healthy memory, exclusive process", {"health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No",
                                                        "compute_mode": "Exclusive_Process"}],
                                            "remapped_rows": {"GPU-0": {"pending": "No", "failure": "No"}}}, {}, []),
+    # nvidia-smi -L lists no MIG device under a GPU whose MIG mode is on (the format in shared/reference)
+    ("mig on without instances", {"smi": {"gpus": [dict(A100["nvidia_smi"]["gpus"][0], mig_mode="Enabled",
+                                                          mig_devices=[]), A100["nvidia_smi"]["gpus"][1]]}}, {},
+     ["MIG mode is on but no MIG device exists on GPU(s) 0"]),
+    ("mig on with instances", {"smi": {"gpus": [dict(A100["nvidia_smi"]["gpus"][0], mig_mode="Enabled",
+                                                      mig_devices=["1g.5gb"]), A100["nvidia_smi"]["gpus"][1]]}}, {},
+     []),
     ("modes as the driver makes them", {"device_modes": {"/dev/nvidiactl": "666", "/dev/nvidia0": "666"}}, {}, []),
     ("nouveau bound", {"smi": {"rc": 9, "output": ["NVIDIA-SMI has failed ..."], "gpus": []},
                        "module_version": None, "modules": ["nouveau"]}, {}, ["nouveau is bound"]),

@@ -146,3 +146,25 @@ def test_memory_and_compute_state_are_answered_and_faults_change_them(tmp_path: 
                                    *rows.stdout.splitlines()])
     assert state["health"][1]["ecc_uncorrected"] == 2
     assert [v["pending"] for v in state["remapped_rows"].values()] == ["No", "Yes", "No", "No"]
+
+
+def test_mig_devices_are_listed_under_their_gpu_as_nvidia_smi_does(tmp_path: Path) -> None:
+    """``mig: [profiles]`` in a profile creates those MIG devices; -L lists them in the reference format, and the
+    driver fact reads them back (``mig: true``: MIG mode on, no device)."""
+    from gpunode_sim.spec.gpus import driver_state
+
+    from gpunode.facts.driver import DriverState
+
+    data = dict(load_profile("a100x4-containerd"), gpu={"model": "a100-sxm4-40gb", "count": 1,
+                                                        "mig": ["1g.5gb", "3g.20gb"]})
+    state = tmp_path / "gpu.json"
+    state.write_text(json.dumps(driver_state("node01", data)))
+    script = tmp_path / "nvidia-smi"
+    script.write_text(render_standin("nvidia_smi.py"))
+    listed = subprocess.run([sys.executable, str(script), "-L"], capture_output=True, text=True, check=True,
+                            env={"GPUNODE_SIM_GPU_STATE": str(state)}).stdout.splitlines()
+    assert listed[0].startswith("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-")
+    assert listed[1].startswith("  MIG 1g.5gb       Device  0: (UUID: MIG-") and "3g.20gb" in listed[2]
+    fact = DriverState().process(["##gpunode:smi", "0, NVIDIA A100-SXM4-40GB, GPU-x, 40960, 550.54.15, "
+                                  "00000000:07:00.0, 8.0, Enabled", "rc=0", "##gpunode:mig", *listed])
+    assert fact["nvidia_smi"]["gpus"][0]["mig_devices"] == ["1g.5gb", "3g.20gb"]

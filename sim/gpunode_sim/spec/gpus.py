@@ -66,6 +66,16 @@ def gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{raw}"
 
 
+def mig_devices(node: str, index: int, mig: object) -> list[dict]:
+    """The MIG devices of GPU ``index``: ``mig: [1g.10gb, 3g.40gb]`` in the profile creates those instances
+    (``mig: true`` turns MIG mode on with none, as a GPU looks before anyone created them)."""
+    if not isinstance(mig, list):
+        return []
+    return [{"uuid": "MIG-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}.gpu{index}.mig{n}.gpunode.sim")),
+             "profile": str(profile), "index": f"{index}:{n}", "gpu_instance": n + 1, "compute_instance": 0}
+            for n, profile in enumerate(mig)]
+
+
 def driver_state(node: str, profile: dict) -> dict:
     """The node's driver layer as the stand-ins read it (written to /etc/gpunode-sim/gpu.json)."""
     gpu = profile.get("gpu") or {}
@@ -97,6 +107,7 @@ def driver_state(node: str, profile: dict) -> dict:
             "mig_mode": "Enabled" if gpu.get("mig") and gpu_model.mig_capable else (
                 "Disabled" if gpu_model.mig_capable else "N/A"),
             "fallen_off_bus": index == 0 and "fallen-off-bus" in faults,
+            "mig_devices": mig_devices(node, index, gpu.get("mig")) if gpu_model.mig_capable else [],
             "ecc_uncorrected": 2 if index == 1 and "ecc-uncorrectable" in faults else 0,
             # row remapping replaced page retirement with Ampere (the MIG-capable generation here)
             "remapping": gpu_model.mig_capable,

@@ -162,6 +162,8 @@ def list_gpus(state: dict) -> int:
             print(lost(gpu), file=sys.stderr)
             return EXIT_LOST
         print(f"GPU {gpu['index']}: {gpu['name']} (UUID: {gpu['uuid']})")
+        for number, mig in enumerate(gpu.get("mig_devices") or []):  # nvidia-smi -L's MIG children
+            print(f"  MIG {mig['profile']:<12} Device {number:>2}: (UUID: {mig['uuid']})")
     return 0
 
 

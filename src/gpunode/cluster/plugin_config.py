@@ -160,9 +160,16 @@ def expected_offer(gpus: list[dict], mig_strategy: str, config: PluginConfig | N
     count = len(gpus)
     migged = [g for g in gpus if str(g.get("mig_mode") or "").lower() == "enabled"]
     if mig_strategy != "none" and migged:
+        listed = all("mig_devices" in g for g in migged)
+        if mig_strategy == "single" and listed and len(migged) == count:
+            devices = sum(len(g["mig_devices"]) for g in migged)
+            return Offer(GPU_RESOURCE, devices, f"nvidia-smi -L: {devices} MIG device(s) on {count} GPU(s) in MIG "
+                         "mode, plugin_mig_strategy single", count)
         return Offer(GPU_RESOURCE if mig_strategy == "single" else "nvidia.com/mig-*", None,
                      f"MIG is enabled on {len(migged)} of {count} GPU(s) with plugin_mig_strategy {mig_strategy}: the "
-                     "count is that of MIG devices, which the driver facts do not list", count)
+                     "count is that of MIG devices per profile, which one resource count does not hold" if listed
+                     else f"MIG is enabled on {len(migged)} of {count} GPU(s) with plugin_mig_strategy {mig_strategy}:"
+                     " the count is that of MIG devices, which the driver facts do not list", count)
     rule = next((r for r in (config.shared if config else ()) if r.name == GPU_RESOURCE), None)
     if rule is None:
         return Offer(GPU_RESOURCE, count, f"driver (nvidia-smi): {count} GPU(s), no time-slicing in plugin_config",

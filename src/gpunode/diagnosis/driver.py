@@ -132,9 +132,24 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
                              "install the nvidia-persistenced service"))
     findings += device_mode_checks(state)
     findings += memory_and_compute_checks(state)
+    findings += mig_checks(state)
     if state["nvswitch_count"]:
         findings += fabric_checks(state, driver)
     return findings
+
+
+def mig_checks(state: dict) -> list[Finding]:
+    """A GPU in MIG mode with no MIG device can run nothing: CUDA sees no device on it and the plugin offers none."""
+    empty = [gpu for gpu in state["nvidia_smi"]["gpus"]
+             if str(gpu.get("mig_mode") or "").lower() == "enabled" and gpu.get("mig_devices") == []]
+    if not empty:
+        return []
+    return [fail(f"MIG mode is on but no MIG device exists on GPU(s) {', '.join(str(g['index']) for g in empty)}: "
+                 "no CUDA process can use them and the device plugin offers nothing from them",
+                 [f"nvidia-smi -L: GPU {g['index']} ({g['uuid']}) lists no MIG device; mig.mode.current Enabled"
+                  for g in empty],
+                 f"create MIG instances (nvidia-smi mig -i {empty[0]['index']} -cgi <profiles> -C), or turn MIG "
+                 f"off (nvidia-smi -i {empty[0]['index']} -mig 0, then reset the GPU)", "mig-no-devices")]
 
 
 def memory_and_compute_checks(state: dict) -> list[Finding]:

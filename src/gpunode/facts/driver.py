@@ -16,6 +16,8 @@ QUERY_FIELDS = "index,name,uuid,memory.total,driver_version,pci.bus_id,compute_c
 QUERY_FIELDS_OLD = "index,name,uuid,memory.total,driver_version,pci.bus_id,mig.mode.current"
 
 
+GPU_LINE = re.compile(r"^GPU ([0-9]+): .*\(UUID: (GPU-[^)]+)\)\s*$")  # nvidia-smi -L
+MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+([0-9]+): \(UUID: (MIG-[^)]+)\)\s*$")  # and its MIG children
 NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes digits int() refuses
 MODE = re.compile(r"[0-7]{3,4}")  # a file mode as stat -c %a prints it
 
@@ -56,6 +58,9 @@ class DriverState(FactBase):
             " printf '%s\\n' \"$out\"; echo \"rc=$rc\"; else echo rc=127; fi",
             section("health"),  # only where nvidia-smi answered: its memory and compute state per GPU
             f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-gpu={HEALTH_FIELDS} --format=csv,noheader,nounits"
+            " 2>/dev/null; fi",
+            section("mig"),  # only where a GPU has MIG mode on: nvidia-smi -L lists its MIG devices under it
+            "if [ \"${rc:-1}\" = 0 ] && printf '%s\\n' \"$out\" | grep -q ', Enabled$'; then nvidia-smi -L"
             " 2>/dev/null; fi",
             section("remap"),
             f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-remapped-rows={REMAP_FIELDS} --format=csv,noheader"
@@ -113,6 +118,19 @@ class DriverState(FactBase):
                     "driver_version": driver, "pci_bus_id": bus, "compute_cap": cap,
                     "mig_mode": None if mig in ("[N/A]", "N/A") else mig,
                 })
+        if "mig" in parts and parts["mig"]:  # MIG devices per GPU, where nvidia-smi -L was asked (MIG mode on)
+            migs: dict[int, list[str]] = {}
+            current = None
+            for line in parts["mig"]:
+                gpu_match, mig_match = GPU_LINE.match(line), MIG_LINE.match(line)
+                if gpu_match:
+                    current = int(gpu_match.group(1))
+                    migs[current] = []
+                elif mig_match and current is not None:
+                    migs[current].append(mig_match.group(1))
+            for gpu in gpus:
+                if gpu["index"] in migs:
+                    gpu["mig_devices"] = migs[gpu["index"]]
         fm = parts.get("fabricmanager", [])
         module = parts.get("module", [])
         proc = parts.get("proc", [])
