@@ -39,20 +39,20 @@ class Run:
     rolling: bool = False  # this run applied the device plugin's objects: wait for the rollout
     foreign: dict[tuple[str, str], list[Any]] = field(default_factory=dict)  # NVIDIA's DaemonSets, per cluster
     nodes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # the Nodes, per cluster
-    polls: dict[tuple[Any, str], Any] = field(default_factory=dict)  # the cluster poll while waiting for GPUs
+
+
+def _record(holder: object, kind: type) -> Any:
+    """The record of ``kind`` kept on ``holder`` (a pyinfra Host or State), made on first use."""
+    record = getattr(holder, ATTRIBUTE, None)
+    if record is None:
+        record = kind()
+        setattr(holder, ATTRIBUTE, record)
+    return record
 
 
 def host_run(target: Host) -> HostRun:
-    record = getattr(target, ATTRIBUTE, None)
-    if record is None:
-        record = HostRun()
-        setattr(target, ATTRIBUTE, record)
-    return record
+    return _record(target, HostRun)
 
 
 def run_of(current: State) -> Run:
-    record = getattr(current, ATTRIBUTE, None)
-    if record is None:
-        record = Run()
-        setattr(current, ATTRIBUTE, record)
-    return record
+    return _record(current, Run)
