@@ -52,7 +52,7 @@ def build() -> None:
     (/var/cache/gpunode/kubernetes-vX.Y.Z, kubelet-vX.Y.Z, nvidia-ctk-vX.Y.Z); a later run finds them
     there at once. The plugin image (Debian slim with Python, the plugin and its pinned dependencies;
     no Docker engine needed) lands in plugin-image-<inputs>/image.tar and is rebuilt, in seconds, when
-    plugin/ changes; 'gpunode sim up' imports it into every containerd node.
+    plugin/ changes; 'gpunode sim up' pushes it to the fleet's registry.
 
     \b
     Example:
@@ -60,12 +60,14 @@ def build() -> None:
     """
     from gpunode_sim.build import kubernetes, toolkit_build
     from gpunode_sim.images import plugin_image
+    from gpunode_sim.registry import server as registry
 
     cache = SimPaths.from_env().cache
     click.echo(str(kubernetes.ensure_built(cache, say)))
     click.echo(str(kubernetes.ensure_node_built(cache, say)))
     for binary in toolkit_build.ensure_built(cache, say).values():
         click.echo(str(binary))
+    click.echo(str(registry.ensure_binary(cache, say)))
     image = plugin_image.ensure_built(cache, say)
     described = plugin_image.describe(image)
     click.echo(f"{image / plugin_image.ARCHIVE}  {described['name']}  {described['digest']}  "

@@ -41,6 +41,7 @@ from gpunode_sim.node.simnode import (
     remove_cgroups,
     stop_processes,
 )
+from gpunode_sim.registry import server as registry
 from gpunode_sim.repos.aptrepo import REPO_PATH, build_repo
 from gpunode_sim.spec.gpus import DEFAULT_DRIVER, FAULTS, driver_state
 from gpunode_sim.spec.profiles import NodeSpec, load_profile
@@ -136,7 +137,36 @@ def _start_control_plane(paths: SimPaths, state: FleetState, say: Say) -> Path:
     return kubeconfig
 
 
-def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -> Path:
+def _start_registry(paths: SimPaths, state: FleetState, say: Say) -> str | None:
+    """The fleet's registry, running, with gpunode's plugin image pushed to it; the image's reference by digest
+    (None when no node runs the plugin from its image)."""
+    from gpunode.image.push import Registry, pinned, push, resolve
+
+    def record(role: str, pid: int) -> None:
+        state.data["services"][role] = pid
+        state.save()
+
+    reach = registry.start(paths, state.data["services"], record, alive)
+    built = plugin_image.built(paths.cache)
+    if built is None:
+        return None
+    described = plugin_image.describe(built)
+    version = described["name"].rsplit(":", 1)[1]
+    reference = f"{reach.host}/{registry.REPOSITORY}:{version}"
+    credentials = Registry(reach.cert_dir, reach.username, reach.password)
+    try:
+        there = resolve(reference, credentials)
+    except GpunodeError:
+        there = None
+    if there != described["digest"]:
+        started = time.monotonic()
+        digest = push(built / plugin_image.ARCHIVE, reference, credentials)
+        say(f"pushed {reference} ({digest[:19]}) to the fleet's registry in {time.monotonic() - started:.1f} s")
+    return pinned(reference, described["digest"])
+
+
+def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, plugin_reference: str | None = None) \
+        -> Path:
     """The inventory pyinfra and testinfra read (``inventories/sim.py`` finds it)."""
     key = paths.ssh / "id_ed25519"
     hosts = {}
@@ -172,6 +202,10 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str) -
             "key_fingerprint": repo_fingerprint,
         },
     }
+    if plugin_reference is not None:  # the plugin pods pull their image from the fleet's registry, by digest
+        reach = registry.access(paths)
+        inventory["plugin"] = {"plugin_image": plugin_reference, "plugin_registry_username": reach.username,
+                               "plugin_registry_password": reach.password}
     paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
     return paths.inventory_file
 
@@ -239,6 +273,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)
     _start_control_plane(paths, state, say)
+    plugin_reference = _start_registry(paths, state, say)
     key = client_key(paths.ssh)
     authorized = Path(f"{key}.pub").read_text().strip()
     bastion, bastion_key = _start_bastion(paths, state, authorized)
@@ -300,7 +335,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if error:
         raise GpunodeError(error, "stop the fleet with 'gpunode sim down' and start it again")
     report.ssh_config = write_client_files(paths.ssh, all_keys, (bastion.address, bastion_key))
-    report.inventory = write_inventory(paths, state, repo.fingerprint)
+    report.inventory = write_inventory(paths, state, repo.fingerprint, plugin_reference)
     say(f"fleet ready in {time.monotonic() - started:.1f} s")
     return report
 
@@ -438,7 +473,7 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
     if state.data["nodes"] and alive(state.data["services"].get("kube-apiserver")):
         _delete_node_objects(paths, chosen, say)
     if not state.data["nodes"]:
-        for role in ("supervisor", "repo"):
+        for role in ("supervisor", "repo", *registry.ROLES):
             pid = state.data["services"].pop(role, None)
             if pid:
                 stop_processes([NodeProcess(role, pid)])
@@ -446,7 +481,8 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         for role in controlplane.ROLES:
             state.data["services"].pop(role, None)
         controlplane.reset_data(paths)
-        (paths.run / "apiserver.sock").unlink(missing_ok=True)
+        for sock in ("apiserver.sock", "registry.sock"):
+            (paths.run / sock).unlink(missing_ok=True)
         state.save()
         strays = _stray_processes(paths)
         if strays:

@@ -380,6 +380,44 @@ def lint(targets: tuple[str, ...], nvidia_default: bool, strict: bool, output_fo
     sys.exit(1 if errors or (strict and warnings) else 0)
 
 
+@cli.group()
+def image() -> None:
+    """The device plugin's container image in your registry."""
+
+
+@image.command(name="push")
+@click.argument("reference")
+@click.option("--archive", required=True, type=click.Path(dir_okay=False, exists=True),
+              help="The image as an OCI archive (what 'gpunode sim build' writes; skopeo copy ... oci-archive:FILE "
+                   "makes one of any image).")
+@click.option("--cert-dir", type=click.Path(file_okay=False, exists=True),
+              help="A folder with the registry's CA as ca.crt (default: the system's trust and "
+                   "/etc/containers/certs.d/HOST:PORT/).")
+@click.option("--username", help="Registry user; the password is read from GPUNODE_REGISTRY_PASSWORD. Default: the "
+              "credentials of 'docker login' / 'skopeo login'.")
+def image_push(reference: str, archive: str, cert_dir: str | None, username: str | None) -> None:
+    """Push the plugin image to REFERENCE (REGISTRY[:PORT]/REPOSITORY:TAG), bytes unchanged, through skopeo;
+    print its digest and the reference to put in plugin_image (pinned by digest).
+
+    \b
+    Example:
+      GPUNODE_REGISTRY_PASSWORD=... gpunode image push registry.example:5000/gpu/device-plugin:0.1.0 \\
+          --archive image.tar --username ci
+    """
+    import os
+
+    from gpunode.image.push import Registry, pinned, push
+
+    password = os.environ.get("GPUNODE_REGISTRY_PASSWORD")
+    if username and password is None:
+        raise GpunodeError("--username given without a password",
+                           "set GPUNODE_REGISTRY_PASSWORD (kept off the command line and out of shell history)")
+    registry = Registry(Path(cert_dir) if cert_dir else None, username, password)
+    digest = push(Path(archive), reference, registry)
+    click.echo(f"pushed {reference}: {digest}")
+    click.echo(f"plugin_image = \"{pinned(reference, digest)}\"")
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

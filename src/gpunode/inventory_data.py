@@ -117,6 +117,13 @@ KEYS: tuple[DataKey, ...] = (
     # cluster objects
     DataKey("plugin_image", str, "gpunode-device-plugin:0.1.0", "the device plugin's image (in your registry)",
             pattern=r"\S+", hint="an image reference like registry.example/gpunode-device-plugin:0.1.0"),
+    DataKey("plugin_registry_username", str, "", "a registry user the nodes pull plugin_image as: the deploy keeps "
+            "it in the Secret gpunode-registry, which the DaemonSet names", pattern=r"[^:\s]+",
+            hint="a user name without ':' or spaces"),
+    DataKey("plugin_registry_password", str, "", "that user's password (from your secret store: --data or an "
+            "encrypted group_data file, never a committed one)"),
+    DataKey("plugin_pull_secret", str, "", "or: the name of a pull Secret you keep in the plugin's namespace",
+            pattern=r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", hint="a Kubernetes object name (lower case, digits, '-', '.')"),
     DataKey("plugin_namespace", str, "gpunode-system", "the namespace of the device plugin's objects",
             pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hint="a Kubernetes namespace name (lower case, digits, '-')"),
     DataKey("plugin_mig_strategy", str, "none", "none, single, mixed", choices=MIG_STRATEGIES),

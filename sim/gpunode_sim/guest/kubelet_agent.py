@@ -24,6 +24,7 @@ once with the node's runtime (``gpunode_sim.guest.workload``).
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import os
@@ -32,6 +33,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -43,7 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.codecs import from_dict
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
@@ -60,6 +62,7 @@ SERVING = ("/etc/kubernetes/pki/kubelet.crt", "/etc/kubernetes/pki/kubelet.key")
 KUBELET_PORT = 10250
 BACKOFF_START, BACKOFF_MAX = 2.0, 60.0  # the kubelet's are 10 s and 300 s; shorter so tests see a crash loop
 SANDBOX_RETRY = 5.0
+PULL_BACKOFF = (10.0, 300.0)  # the kubelet's image pull back-off: first delay, cap (doubling)
 LEASE_SECONDS, LEASE_RENEW = 40, 10.0
 STATUS_HEARTBEAT = 60.0
 SYNC_BUSY, SYNC_IDLE = 0.5, 2.0  # seconds between sync passes while something starts or runs, and when idle
@@ -226,6 +229,28 @@ class Container:
         running = self.process is not None or self.restarts > 0
         return {"phase": "Running" if running else "Pending", "containerStatuses": [entry],
                 "ready": self.ready, "reason": None, "message": None}
+
+
+@dataclass
+class PullWait:
+    """A daemon pod's image that could not be pulled: its error and the back-off, as the kubelet reports them."""
+
+    image: str
+    error: str
+    failures: int = 1
+    next_try: float = 0.0
+
+    def delay(self) -> float:
+        return min(PULL_BACKOFF[1], PULL_BACKOFF[0] * 2 ** (self.failures - 1))
+
+    def status(self, pod: dict) -> dict:
+        spec = pod["spec"]["containers"][0]
+        waiting = ({"reason": "ImagePullBackOff",
+                    "message": f'Back-off pulling image "{self.image}": ErrImagePull: {self.error}'}
+                   if time.monotonic() < self.next_try else {"reason": "ErrImagePull", "message": self.error})
+        entry = {"name": spec["name"], "image": self.image, "imageID": "", "ready": False, "started": False,
+                 "restartCount": 0, "state": {"waiting": waiting}}
+        return {"phase": "Pending", "containerStatuses": [entry], "ready": False, "reason": None, "message": None}
 
 
 @dataclass
@@ -423,6 +448,21 @@ class Api:
                 return None
             raise
 
+    def pull_auths(self, namespace: str, names: list[str]) -> dict:
+        """The ``auths`` of the pod's image pull Secrets (those that exist and are dockerconfigjson), merged."""
+        auths: dict = {}
+        for name in names:
+            try:
+                secret = self.client.get(Secret, name, namespace=namespace)
+            except ApiError as error:
+                if error.status.code == 404:
+                    continue  # the kubelet pulls without a Secret it cannot find, and says so in its log
+                raise
+            encoded = (secret.data or {}).get(".dockerconfigjson")
+            if secret.type == "kubernetes.io/dockerconfigjson" and encoded:
+                auths.update(json.loads(base64.b64decode(encoded)).get("auths") or {})
+        return auths
+
     def runtime_handler(self, runtime_class: str) -> str | None:
         try:
             return self.client.get(RuntimeClass, runtime_class).handler
@@ -450,7 +490,8 @@ class Agent:
     def __init__(self, config: dict) -> None:
         os.makedirs(SOCKET_DIR, exist_ok=True)
         self.config = config
-        self.image_loaded: str | None = None
+        self.pulled: set[str] = set()  # images docker holds, pulled by this agent
+        self.pulls: dict[str, PullWait] = {}  # namespace/name -> its image's last failed pull
         self.facts = NodeFacts.read(config)
         self.kubelet = KubeletStandin(SOCKET_DIR)
         self.api = Api()
@@ -564,6 +605,8 @@ class Agent:
             for key in [k for k in self.containers if k not in live or not is_daemon(live[k])]:
                 to_stop.append(self.containers.pop(key))
             gone = [self.workloads.pop(k) for k in [k for k in self.workloads if k not in live]]
+            for key in [k for k in self.pulls if k not in live]:
+                del self.pulls[key]
         for container in to_stop:
             container.stop()
             for folder in container.written.values():
@@ -598,7 +641,11 @@ class Agent:
                 current.stop()
                 current = None
             if current is None:
-                image, runtime = self.plugin_image(), ""
+                image, runtime = None, ""
+                if shutil.which("dockerd"):  # docker nodes run the plugin from its image; containerd agents bind code
+                    image = self.pull(key, pod)
+                    if image is None:
+                        return
                 runtime_class = pod["spec"].get("runtimeClassName") or ""
                 if image and runtime_class:
                     runtime = self.api.runtime_handler(runtime_class) or runtime_class
@@ -629,19 +676,47 @@ class Agent:
             written[volume["name"]] = folder
         return written
 
-    def plugin_image(self) -> str | None:
-        """The plugin image's docker name once loaded on a docker node; None where the bound code runs."""
-        wanted = self.config.get("plugin_image")
-        if not wanted or not shutil.which("dockerd"):
+    def pull(self, key: str, pod: dict) -> str | None:
+        """The daemon pod's image, pulled with its image pull Secrets unless docker holds it; None while it cannot
+        be pulled (the failure and the back-off are the pod's status and events, in the kubelet's words)."""
+        image = pod["spec"]["containers"][0]["image"]
+        if image in self.pulled:
+            self.pulls.pop(key, None)
+            return image
+        failed = self.pulls.get(key)
+        if failed is not None and failed.image == image and time.monotonic() < failed.next_try:
+            self.event(pod, "Normal", "BackOff", f'Back-off pulling image "{image}"')
             return None
-        if self.image_loaded is None:
-            loaded = subprocess.run(["docker", "load", "-i", wanted["archive"]], stdin=subprocess.DEVNULL,
+        self.event(pod, "Normal", "Pulling", f'Pulling image "{image}"', once=False)
+        error = self.docker_pull(image, pod)
+        if error is None:
+            self.pulled.add(image)
+            self.pulls.pop(key, None)
+            self.event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}"', once=False)
+            return image
+        failures = failed.failures + 1 if failed is not None and failed.image == image else 1
+        wait = PullWait(image, error, failures)
+        wait.next_try = time.monotonic() + wait.delay()
+        self.pulls[key] = wait
+        self.event(pod, "Warning", "Failed", f'Failed to pull image "{image}": {error}', once=False)
+        self.event(pod, "Warning", "Failed", "Error: ErrImagePull", once=False)
+        return None
+
+    def docker_pull(self, image: str, pod: dict) -> str | None:
+        """docker pull with the pod's registry credentials (a private config for this pull); None or docker's words."""
+        names = [ref.get("name") for ref in pod["spec"].get("imagePullSecrets") or [] if ref.get("name")]
+        try:
+            auths = self.api.pull_auths(pod["metadata"]["namespace"], names) if names else {}
+        except Exception as error:  # noqa: BLE001 - reported as the pull's failure
+            return f"reading the pod's image pull secrets failed: {error}"
+        with tempfile.TemporaryDirectory(prefix="pull-") as config:
+            with open(os.path.join(config, "config.json"), "w") as handle:
+                json.dump({"auths": auths}, handle)
+            pulled = subprocess.run(["docker", "--config", config, "pull", "--quiet", image], stdin=subprocess.DEVNULL,
                                     capture_output=True, text=True, timeout=300, check=False)
-            if loaded.returncode != 0:
-                say(f"docker load of the plugin image failed: {loaded.stderr.strip()}")
-                return None
-            self.image_loaded = wanted["name"].removeprefix("docker.io/library/")
-        return self.image_loaded
+        if pulled.returncode == 0:
+            return None
+        return " ".join(pulled.stderr.split()) or f"docker pull exited {pulled.returncode}"
 
     def sync_workload(self, key: str, pod: dict) -> None:
         phase = (pod.get("status") or {}).get("phase")
@@ -684,10 +759,10 @@ class Agent:
     def post_statuses(self, live: dict[str, dict]) -> None:
         for key, pod in live.items():
             with self.lock:
-                runner = self.containers.get(key) or self.workloads.get(key)
+                runner = self.containers.get(key) or self.workloads.get(key) or self.pulls.get(key)
             if runner is None:
                 continue
-            report = runner.status(pod) if isinstance(runner, Container) else runner.status()
+            report = runner.status(pod) if isinstance(runner, (Container, PullWait)) else runner.status()
             ready = "True" if report.pop("ready") else "False"
             status = {**report, "hostIP": self.facts.address, "hostIPs": [{"ip": self.facts.address}],
                       "conditions": [

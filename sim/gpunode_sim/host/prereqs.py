@@ -9,7 +9,7 @@ from pathlib import Path
 from gpunode.errors import GpunodeError
 
 HOST_PACKAGES = ("debootstrap zstd socat openssh-client apt-utils gnupg iproute2 util-linux dpkg-dev busybox-static"
-                 " rpm createrepo-c")
+                 " rpm createrepo-c skopeo")
 REQUIRED_TOOLS = {
     "debootstrap": "debootstrap",
     "zstd": "zstd",
@@ -25,6 +25,7 @@ REQUIRED_TOOLS = {
     "rpmbuild": "rpm",
     "rpmsign": "rpm",
     "createrepo_c": "createrepo-c",
+    "skopeo": "skopeo",  # pushes the plugin image to the fleet's registry (through gpunode image push)
 }
 
 

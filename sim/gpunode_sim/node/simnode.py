@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import tomlkit
 import yaml
 
 from gpunode_sim.access.ssh import SIM_USER, ensure_key
@@ -41,6 +42,8 @@ from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.host.processes import alive, signal_group, signal_pid
 from gpunode_sim.images.layers import SIM_UID, layer_dir, lower_dirs
 from gpunode_sim.images.oci import archive_digest
+from gpunode_sim.registry.server import PORT as REGISTRY_PORT
+from gpunode_sim.registry.server import address as registry_address
 from gpunode_sim.spec.gpus import driver_state
 from gpunode_sim.spec.profiles import NodeSpec
 
@@ -49,6 +52,7 @@ DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib
 REBOOT_REQUEST = "reboot-requested"  # written by the node's reboot stand-in into data/gpunode-sim/
 KUBELET_PORT = 10250
 REPO_PORT = 8080
+CERTS_D = "/etc/containerd/certs.d"  # containerd's hosts.toml folder, as containerd's docs name it
 DRIVER_BUILD_DATE = "Tue Mar  5 22:23:56 UTC 2024"
 KUBELET_UNIT_LINK = "etc/systemd/system/multi-user.target.wants/kubelet.service"
 
@@ -172,8 +176,7 @@ class SimNode:
         state = driver_state(self.spec.name, self.spec.profile)
         machine_id = uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.spec.name}.gpunode.sim").hex
         real = real_kubelet(self.spec.runtime)
-        # looked up once: the kubelet's folder (real kubelet) and the plugin image (real kubelet, or docker's agent)
-        kubelet_dir, plugin = self._built(real, real or self.spec.runtime == "docker")
+        kubelet_dir = self._built(real)
         files = {
             "etc/hostname": f"{self.spec.name}\n",
             "etc/hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.spec.name}\n::1\tlocalhost ip6-localhost\n",
@@ -186,15 +189,18 @@ class SimNode:
             "etc/ssh/ssh_host_ed25519_key.pub": host_pub + "\n",
             "etc/gpunode-sim/kubelet.json": json.dumps({
                 "node": self.spec.name, "address": self.spec.address, "kubelet_version": kubelet_version(),
-                "runtime_version": runtime_version(self.paths, self.spec.os, self.spec.runtime),
-                **({"plugin_image": plugin_reference(plugin)} if plugin and not real else {})},
+                "runtime_version": runtime_version(self.paths, self.spec.os, self.spec.runtime)},
                 indent=2) + "\n",
             **node_credentials(self.paths, self.spec.name, self.spec.address),
+            **registry_files(self.paths, self.spec.runtime),
         }
+        config = containerd_config_with_registry(self.upper, lower_dirs(self.paths, self.spec.os, self.spec.runtime))
+        if config is not None and self.spec.runtime == "containerd":
+            files["etc/containerd/config.toml"] = config
         boot_id = str(uuid.uuid4())
-        binds = code_roots() + [str(p) for p in (kubelet_dir, plugin) if p is not None]
-        if kubelet_dir is not None and plugin is not None:
-            files |= self._kubelet_files(boot_id, plugin)
+        binds = code_roots() + [str(p) for p in (kubelet_dir,) if p is not None]
+        if kubelet_dir is not None:
+            files |= self._kubelet_files(boot_id)
         write_upper(self.upper, files)
         (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
         (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
@@ -223,22 +229,21 @@ class SimNode:
         (self.dir / "boot.json").write_text(json.dumps(plan, indent=2))
         return host_pub
 
-    def _built(self, kubelet: bool, plugin: bool) -> tuple[Path | None, Path | None]:
-        """The built kubelet folder and plugin image folder this node needs (None where it needs none)."""
+    def _built(self, kubelet: bool) -> Path | None:
+        """The built kubelet folder this node needs (None where it runs the simulator's agent)."""
         from gpunode_sim.build import kubernetes
-        from gpunode_sim.images import plugin_image
 
-        return (kubernetes.require_node(self.paths.cache) if kubelet else None,
-                plugin_image.require(self.paths.cache) if plugin else None)
+        return kubernetes.require_node(self.paths.cache) if kubelet else None
 
-    def _kubelet_files(self, boot_id: str, plugin: Path) -> dict[str, str]:
-        from gpunode_sim.images import plugin_image, workload_image
+    def _kubelet_files(self, boot_id: str) -> dict[str, str]:
+        """The kubelet's config, and the images a node image would hold (the pause image and the test workload's;
+        gpunode's plugin comes from the fleet's registry)."""
+        from gpunode_sim.images import workload_image
         from gpunode_sim.images.tools_layer import PAUSE_IMAGE, PAUSE_NAME, WORKLOAD_IMAGE
 
         tools_layer = self.paths.layer("tools")
         archives = {PAUSE_NAME: tools_layer / PAUSE_IMAGE,
-                    workload_image.IMAGE_NAME: tools_layer / WORKLOAD_IMAGE,
-                    plugin_image.describe(plugin)["name"]: plugin / plugin_image.ARCHIVE}
+                    workload_image.IMAGE_NAME: tools_layer / WORKLOAD_IMAGE}
         inside = {PAUSE_NAME: f"/{PAUSE_IMAGE}", workload_image.IMAGE_NAME: f"/{WORKLOAD_IMAGE}"}
         images = " ".join(f"{name}@{archive_digest(path)}={inside.get(name, path)}" for name, path in archives.items())
         cgroup_root = cgroup_root_of(boot_id)
@@ -285,6 +290,9 @@ class SimNode:
             "repo-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                           f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
                           f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
+            "registry-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
+                              f"TCP-LISTEN:{REGISTRY_PORT},bind={registry_address(self.paths)},reuseaddr,fork",
+                              f"UNIX-CONNECT:{self.paths.run / 'registry.sock'}"],
             "api-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                          f"TCP-LISTEN:{APISERVER_PORT},bind={self.paths.apiserver_address},reuseaddr,fork",
                          f"UNIX-CONNECT:{self.paths.run / 'apiserver.sock'}"],
@@ -385,11 +393,39 @@ def runtime_version(paths: SimPaths, os_name: str, runtime: str) -> str:
     return f"{runtime}://{version}"
 
 
-def plugin_reference(folder: Path) -> dict[str, str]:
-    """The plugin image's name and archive, as the docker nodes' agent loads it."""
-    from gpunode_sim.images import plugin_image
+def registry_files(paths: SimPaths, runtime: str) -> dict[str, str]:
+    """The fleet registry's trust as an admin sets it on a node: containerd's ``hosts.toml`` with the CA beside it
+    (``config_path`` points containerd's CRI there), docker's ``certs.d/HOST:PORT/ca.crt``."""
+    from gpunode_sim.registry import server
 
-    return {"name": plugin_image.describe(folder)["name"], "archive": str(folder / plugin_image.ARCHIVE)}
+    reach = server.access(paths)
+    ca = reach.ca.read_text()
+    if runtime == "docker":
+        return {f"etc/docker/certs.d/{reach.host}/ca.crt": ca}
+    folder = f"{CERTS_D}/{reach.host}"
+    hosts = (f'server = "https://{reach.host}"\n\n[host."https://{reach.host}"]\n'
+             f'  capabilities = ["pull", "resolve"]\n  ca = "{folder}/ca.crt"\n')
+    return {f"{folder.lstrip('/')}/ca.crt": ca, f"{folder.lstrip('/')}/hosts.toml": hosts}
+
+
+def containerd_config_with_registry(upper: Path, lowers: list[Path]) -> str | None:
+    """The image's containerd config with the CRI plugin's registry ``config_path`` set to ``CERTS_D``, for a node
+    whose own copy does not exist yet (one the deploy wrote is left alone); None when there is nothing to write."""
+    if (upper / "etc/containerd/config.toml").exists():
+        return None
+    packaged = next((d / "etc/containerd/config.toml" for d in lowers if (d / "etc/containerd/config.toml").is_file()),
+                    None)
+    if packaged is None:
+        return None
+    document = tomlkit.parse(packaged.read_text())
+    plugins = document.setdefault("plugins", tomlkit.table())
+    if int(document.get("version", 1)) >= 3:
+        images = plugins.setdefault("io.containerd.cri.v1.images", tomlkit.table())
+        images.setdefault("registry", tomlkit.table())["config_path"] = CERTS_D
+    else:
+        cri = plugins.setdefault("io.containerd.grpc.v1.cri", tomlkit.table())
+        cri.setdefault("registry", tomlkit.table())["config_path"] = CERTS_D
+    return tomlkit.dumps(document)
 
 
 def cgroup_root_of(boot_id: str) -> str:

@@ -7,8 +7,10 @@ inventory key ``templates_dir`` names overrides them, file by file.
 
 from __future__ import annotations
 
+import base64
 import copy
-from dataclasses import dataclass, replace
+import json
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jinja2
@@ -19,6 +21,7 @@ from gpunode.errors import GpunodeError
 from gpunode.inventory_data import BY_NAME, read
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+PULL_SECRET = "gpunode-registry"  # the pull Secret the deploy writes from plugin_registry_username/_password
 RUNTIME_CLASS = "nvidia"  # the RuntimeClass the templates render (and its handler, the runtime gpunode configures)
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's where PyYAML has it: same documents
 
@@ -34,6 +37,8 @@ class ManifestSettings:
     nvidia_runtime_default: bool = BY_NAME["nvidia_runtime_default"].default
     templates_dir: str = BY_NAME["templates_dir"].default
     plugin_config: PluginConfig | None = None  # the plugin's own config file (time-slicing, renames), if any
+    pull_secret: str = ""  # the Secret the DaemonSet's pods pull the image with ('': none)
+    pull_auth: str = field(default="", repr=False)  # .dockerconfigjson (base64) of the Secret the deploy writes
 
     @classmethod
     def from_data(cls, data: dict) -> ManifestSettings:
@@ -46,9 +51,40 @@ class ManifestSettings:
             nvidia_runtime_default=read(data, "nvidia_runtime_default"),
             templates_dir=read(data, "templates_dir"),
         )
+        settings = replace(settings, **pull_settings(data, settings.image))
         flags = {"mig_strategy": settings.mig_strategy, "device_list_strategy": settings.device_list_strategy}
         config = parse_plugin_config(data.get("plugin_config"), flags)
         return replace(settings, plugin_config=config) if config else settings
+
+
+def registry_host(image: str) -> str | None:
+    """The registry host[:port] an image reference names, or None for Docker Hub's short names."""
+    first, slash, _ = image.partition("/")
+    return first if slash and ("." in first or ":" in first or first == "localhost") else None
+
+
+def pull_settings(data: dict, image: str) -> dict[str, str]:
+    """``pull_secret`` and ``pull_auth`` from the inventory's registry keys, each combination checked."""
+    username, password = read(data, "plugin_registry_username"), read(data, "plugin_registry_password")
+    own = read(data, "plugin_pull_secret")
+    if own and (username or password):
+        raise GpunodeError("plugin_pull_secret and plugin_registry_username/_password are both set",
+                           "either name a pull Secret you keep (plugin_pull_secret) or give the credentials the "
+                           f"deploy writes into its own Secret {PULL_SECRET}, not both")
+    if own:
+        return {"pull_secret": own}
+    if not username and not password:
+        return {}
+    if not username or not password:
+        missing = "plugin_registry_password" if username else "plugin_registry_username"
+        raise GpunodeError(f"{missing} is not set but its partner is", f"set {missing} too, or neither")
+    host = registry_host(image)
+    if host is None:
+        raise GpunodeError(f"plugin_registry_username is set but plugin_image {image!r} names no registry",
+                           "write plugin_image as REGISTRY[:PORT]/REPOSITORY:TAG (or @sha256:...)")
+    token = base64.b64encode(f"{username}:{password}".encode()).decode()
+    config = json.dumps({"auths": {host: {"auth": token}}}, sort_keys=True)
+    return {"pull_secret": PULL_SECRET, "pull_auth": base64.b64encode(config.encode()).decode()}
 
 
 def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> list[str]:
@@ -94,7 +130,7 @@ def manifest_documents(settings: ManifestSettings, templates: Path = TEMPLATES) 
     pyinfra runs the device-plugin step once per host; rendering and parsing the same manifests for each of 100
     hosts was a fifth of a no-op's controller time (cProfile: yaml 17 %, jinja2 5 %).
     """
-    key = (repr(settings), str(templates))
+    key = (repr(settings), settings.pull_auth, str(templates))
     if key not in _rendered:
         _rendered[key] = documents(render(settings, templates))
     return copy.deepcopy(_rendered[key])

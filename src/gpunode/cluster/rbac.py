@@ -9,7 +9,8 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
   namespace and the ``nvidia`` RuntimeClass by
   name (read, apply and delete), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
 * in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies (and deletes:
-  ``gpunode undo``), and the plugin's pods (delete: a plugin restart).
+  ``gpunode undo``), the plugin's pods (delete: a plugin restart) and the image pull Secret it writes from the
+  inventory's registry credentials (by name, but for create, which RBAC cannot limit to a name).
 
 ``gpunode migrate`` alone needs more, and only for the DaemonSets it moves nodes from: read and patch NVIDIA's
 device-plugin DaemonSet, by name, in its namespace (``--rbac --migrate-from NAMESPACE/NAME``).
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from gpunode.cluster.manifests import RUNTIME_CLASS
+from gpunode.cluster.manifests import PULL_SECRET, RUNTIME_CLASS
 from gpunode.errors import GpunodeError
 
 NAME = "gpunode"
@@ -82,6 +83,10 @@ def namespace_rules() -> list[Rule]:
         Rule("", "configmaps", ("get", "create", "patch", "delete")),
         Rule("apps", "daemonsets", ("get", "create", "patch", "delete")),
         Rule("", "pods", ("delete",)),
+        # the pull Secret written from plugin_registry_username/_password: read, patched and deleted by name only;
+        # create cannot be limited to a name (the API server authorizes it before the object has one)
+        Rule("", "secrets", ("get", "patch", "delete"), (PULL_SECRET,)),
+        Rule("", "secrets", ("create",)),
     ]
 
 

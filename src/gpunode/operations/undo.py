@@ -11,13 +11,13 @@ import shlex
 
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import ConfigMap, Node, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap, Node, Secret, ServiceAccount
 from lightkube.resources.node_v1 import RuntimeClass
 from pyinfra import host
 from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
-from gpunode.cluster.manifests import RUNTIME_CLASS
+from gpunode.cluster.manifests import PULL_SECRET, RUNTIME_CLASS
 from gpunode.cluster.plugin_config import CONFIG_MAP
 from gpunode.facts.backups import Backups
 from gpunode.facts.device_plugin import DAEMONSET
@@ -67,7 +67,8 @@ def owned_by_gpunode(item: object) -> bool:
 def cluster_objects(settings: ClusterSettings, namespace: str) -> list[tuple[type, str, str | None]]:
     """gpunode's objects that exist: (kind, name, namespace), the DaemonSet first (its pods leave with it)."""
     wanted = [(DaemonSet, DAEMONSET, namespace), (ConfigMap, CONFIG_MAP, namespace),
-              (ServiceAccount, DAEMONSET, namespace), (RuntimeClass, RUNTIME_CLASS, None)]
+              (ServiceAccount, DAEMONSET, namespace), (Secret, PULL_SECRET, namespace),
+              (RuntimeClass, RUNTIME_CLASS, None)]
 
     def read(client: object) -> list[tuple[type, str, str | None]]:
         return [(kind, name, ns) for kind, name, ns in wanted
@@ -87,8 +88,9 @@ def delete_objects(target: Host, settings: ClusterSettings, objects: list[tuple[
 @operation()
 def cluster_objects_deleted(namespace: str, settings: ClusterSettings):
     """
-    Delete the device plugin's DaemonSet, ConfigMap and ServiceAccount and the ``nvidia`` RuntimeClass, where
-    gpunode's field manager applied them. The namespace stays (an admin created it with gpunode's RBAC).
+    Delete the device plugin's DaemonSet, ConfigMap, ServiceAccount and pull Secret and the ``nvidia``
+    RuntimeClass, where gpunode's field manager applied them. The namespace stays (an admin created it with
+    gpunode's RBAC).
 
     + namespace: the plugin's namespace
     + settings: which cluster

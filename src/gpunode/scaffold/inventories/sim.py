@@ -29,6 +29,7 @@ def _host(name: str) -> tuple[str, dict]:
         "toolkit_key_fingerprint": _repo["key_fingerprint"],
         "kubeconfig": _inventory["kubeconfig"],
         "kube_context": _inventory["kube_context"],
+        **_inventory.get("plugin", {}),  # the plugin image in the fleet's registry, by digest, and its pull user
     })
     return name, data
 

@@ -26,7 +26,10 @@ containerd_systemd_cgroup = True    # SystemdCgroup for runc when gpunode writes
 runtime_restart_timeout = 60        # seconds to wait for the runtime to answer after a restart
 
 # Cluster objects (gpunode render)
-plugin_image = "gpunode-device-plugin:0.1.0"   # build it from plugin/Dockerfile and push it to your registry
+plugin_image = "gpunode-device-plugin:0.1.0"   # push it to your registry (gpunode image push), pin the digest
+plugin_registry_username = ""                  # the nodes pull plugin_image as this user (Secret gpunode-registry)
+plugin_registry_password = ""                  # from your secret store (--data), never a committed file
+plugin_pull_secret = ""                        # or: a pull Secret of your own in plugin_namespace
 plugin_namespace = "gpunode-system"
 plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri

@@ -1,0 +1,1 @@
+"""The fleet's private image registry."""
