@@ -156,6 +156,25 @@ def test_render_command_uses_the_inventory_data() -> None:
 
 
 WANT = {"accelerator": "nvidia-a100", "nvidia.com/gpu.count": "4"}
+IMAGE = ("registry.gpunode.test:5000/gpunode/device-plugin"
+         "@sha256:387a7734c93b7216aadd26d8479ea5577ecb8caf1b76f58c142ee1bc1d6ddfe0")
+RESOLVE = (f'failed to pull and unpack image "{IMAGE}": failed to resolve reference "{IMAGE}": ')
+PULL_FAILURES = [
+    ("ImagePullBackOff", RESOLVE + "pulling from host registry.gpunode.test:5000 failed with status code [manifests "
+     "sha256:387a7734c93b7216aadd26d8479ea5577ecb8caf1b76f58c142ee1bc1d6ddfe0]: 401 Unauthorized",
+     "plugin_registry_password"),
+    ("ErrImagePull", 'rpc error: code = NotFound desc = failed to pull and unpack image "registry.gpunode.test:5000/'
+     'gpunode/device-plugin:nope": failed to resolve reference "registry.gpunode.test:5000/gpunode/device-plugin:nope"'
+     ': registry.gpunode.test:5000/gpunode/device-plugin:nope: not found', "gpunode image push"),
+    ("ImagePullBackOff", RESOLVE + 'failed to do request: Head "https://registry.gpunode.test:5000/v2/gpunode/'
+     'device-plugin/manifests/nope": x509: certificate signed by unknown authority',
+     "/etc/containerd/certs.d/registry.gpunode.test:5000/"),
+    ("ImagePullBackOff", RESOLVE + "pulling from host 127.0.9.252:5000 failed with status code [manifests nope]: "
+     "400 Bad Request", "disagree about TLS"),
+    ("ErrImagePull", 'Error response from daemon: Get "https://registry.gpunode.test:5000/v2/gpunode/device-plugin/'
+     'manifests/sha256:387a": no basic auth credentials', "refused the nodes' credentials"),
+    ("ErrImagePull", "dial tcp: lookup registry.gpunode.test: no such host", "cannot reach registry.gpunode.test:5000"),
+]
 
 
 def test_label_keys_come_from_fields_v1() -> None:
@@ -218,6 +237,11 @@ READY = PluginPodState("n1", "p-1", "Running", True)
     (ROLLED, PluginPodState("n1", "p-1", "Pending", False, "ContainerCreating", warnings=(
         'FailedCreatePodSandBox: Failed to create pod sandbox: rpc error: failed to get sandbox image',)), NODE,
      "plugin-sandbox-failed", "describe pod p-1"),
+    # the real kubelet's and containerd 1.6's words (the fleet's registry, a wrong password and a missing tag);
+    # docker's for a pull without credentials (the docker nodes' agent quotes docker)
+    *[(ROLLED, PluginPodState("n1", "p-1", "Pending", False, reason, image=IMAGE,
+                              warnings=(f'Failed: Failed to pull image "{IMAGE}": {said}',)), NODE,
+       "plugin-image-pull", fix) for reason, said, fix in PULL_FAILURES],
 ])
 def test_device_plugin_diagnosis_names_the_first_broken_link(rollout: RolloutState, pod: PluginPodState,
                                                               node: NodeLabelsState, code: str, fix: str) -> None:

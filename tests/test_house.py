@@ -46,7 +46,7 @@ LAYERS = (
     ("gpunode", "errors", "chain", "gpu_generations", "op_order"),
     ("inventory_data",),
     ("settings",),
-    ("cluster", "connection"),
+    ("cluster", "connection", "image"),
     ("facts",),
     ("diagnosis",),
     ("operations",),
@@ -155,7 +155,7 @@ def test_the_simulator_is_its_own_distribution_with_rooms_by_concern_and_no_impo
     assert not list((root / "src/gpunode").glob("sim/**/*.py"))
     package = root / "sim/gpunode_sim"
     rooms = sorted(p.name for p in package.iterdir() if (p / "__init__.py").exists())
-    assert rooms == ["access", "build", "cluster", "guest", "host", "images", "node", "repos", "spec"]
+    assert rooms == ["access", "build", "cluster", "guest", "host", "images", "node", "registry", "repos", "spec"]
     graph: dict[str, set[str]] = {}
     for path in package.rglob("*.py"):
         parts = list(path.relative_to(root / "sim").with_suffix("").parts)

@@ -41,7 +41,8 @@ def test_group_data_all_documents_every_key_at_its_default() -> None:
 def test_every_typed_setting_is_a_schema_key_with_its_default() -> None:
     names = {"image": "plugin_image", "namespace": "plugin_namespace", "mig_strategy": "plugin_mig_strategy",
              "device_list_strategy": "plugin_device_list_strategy", "model_key": "label_model_key",
-             "model_prefix": "label_model_prefix"}
+             "model_prefix": "label_model_prefix", "pull_secret": "plugin_pull_secret",
+             "pull_auth": "plugin_registry_password"}  # pull_auth: made from the registry user and password
     for cls in (NodeSettings, ClusterSettings, ManifestSettings, LabelSettings):
         for field in fields(cls):
             key = names.get(field.name, field.name)

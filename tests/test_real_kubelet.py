@@ -91,12 +91,14 @@ def test_containerd_nodes_run_the_real_kubelet_and_the_plugin_image_built_here(f
     assert info["node01"].kubeletVersion == "v1.35.4" and info["node03"].kubeletVersion == "v1.35.4"
     assert info["node01"].containerRuntimeVersion == "containerd://1.6.20"
     assert info["node02"].kubeletVersion.endswith("-gpunode-sim")  # docker: the simulator's node agent
-    images = ssh(fleet, "ctr -n k8s.io images ls | awk 'NR > 1 {print $1, $3}'")
-    plugin_images = [line.split() for line in images.splitlines() if "gpunode-device-plugin" in line]
-    assert plugin_images and plugin_images[0][0] == "docker.io/library/gpunode-device-plugin:0.1.0", images
+    # pulled from the fleet's registry by digest (nothing of gpunode's is side-loaded into the node)
+    image = json.loads((Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "inventory.json").read_text())["plugin"]["plugin_image"]
+    assert image.startswith("registry.gpunode.test:5000/gpunode/device-plugin@sha256:")
+    images = ssh(fleet, "ctr -n k8s.io images ls -q").split()
+    assert image in images and not [i for i in images if "gpunode-device-plugin" in i], images
     pod = plugin_pod(client)
     status = pod.status.containerStatuses[0]
-    assert status.ready and status.image == "docker.io/library/gpunode-device-plugin:0.1.0"
+    assert status.ready and status.imageID == image  # (.image is the config digest: no tag was pulled)
     process = plugin_process(fleet)
     assert process["image"], "the plugin does not run from the image's root filesystem"
     assert process["root"].startswith("ro"), process  # readOnlyRootFilesystem, as the DaemonSet says

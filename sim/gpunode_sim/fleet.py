@@ -152,17 +152,17 @@ def _start_registry(paths: SimPaths, state: FleetState, say: Say) -> str | None:
         return None
     described = plugin_image.describe(built)
     version = described["name"].rsplit(":", 1)[1]
-    reference = f"{reach.host}/{registry.REPOSITORY}:{version}"
+    pushed = f"{reach.push_host}/{registry.REPOSITORY}:{version}"
     credentials = Registry(reach.cert_dir, reach.username, reach.password)
     try:
-        there = resolve(reference, credentials)
+        there = resolve(pushed, credentials)
     except GpunodeError:
         there = None
     if there != described["digest"]:
         started = time.monotonic()
-        digest = push(built / plugin_image.ARCHIVE, reference, credentials)
-        say(f"pushed {reference} ({digest[:19]}) to the fleet's registry in {time.monotonic() - started:.1f} s")
-    return pinned(reference, described["digest"])
+        digest = push(built / plugin_image.ARCHIVE, pushed, credentials)
+        say(f"pushed {pushed} ({digest[:19]}) to the fleet's registry in {time.monotonic() - started:.1f} s")
+    return pinned(f"{reach.host}/{registry.REPOSITORY}:{version}", described["digest"])
 
 
 def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, plugin_reference: str | None = None) \

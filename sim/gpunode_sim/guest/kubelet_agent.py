@@ -490,7 +490,6 @@ class Agent:
     def __init__(self, config: dict) -> None:
         os.makedirs(SOCKET_DIR, exist_ok=True)
         self.config = config
-        self.pulled: set[str] = set()  # images docker holds, pulled by this agent
         self.pulls: dict[str, PullWait] = {}  # namespace/name -> its image's last failed pull
         self.facts = NodeFacts.read(config)
         self.kubelet = KubeletStandin(SOCKET_DIR)
@@ -680,7 +679,9 @@ class Agent:
         """The daemon pod's image, pulled with its image pull Secrets unless docker holds it; None while it cannot
         be pulled (the failure and the back-off are the pod's status and events, in the kubelet's words)."""
         image = pod["spec"]["containers"][0]["image"]
-        if image in self.pulled:
+        present = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], stdin=subprocess.DEVNULL,
+                                 capture_output=True, timeout=60, check=False).returncode == 0
+        if present:  # imagePullPolicy IfNotPresent, as the DaemonSet says: what the runtime holds is used
             self.pulls.pop(key, None)
             return image
         failed = self.pulls.get(key)
@@ -690,7 +691,6 @@ class Agent:
         self.event(pod, "Normal", "Pulling", f'Pulling image "{image}"', once=False)
         error = self.docker_pull(image, pod)
         if error is None:
-            self.pulled.add(image)
             self.pulls.pop(key, None)
             self.event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}"', once=False)
             return image

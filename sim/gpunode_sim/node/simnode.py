@@ -42,8 +42,9 @@ from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.host.processes import alive, signal_group, signal_pid
 from gpunode_sim.images.layers import SIM_UID, layer_dir, lower_dirs
 from gpunode_sim.images.oci import archive_digest
+from gpunode_sim.registry.server import NAME as REGISTRY_NAME
 from gpunode_sim.registry.server import PORT as REGISTRY_PORT
-from gpunode_sim.registry.server import address as registry_address
+from gpunode_sim.registry.server import node_side_address as registry_node_address
 from gpunode_sim.spec.gpus import driver_state
 from gpunode_sim.spec.profiles import NodeSpec
 
@@ -179,7 +180,8 @@ class SimNode:
         kubelet_dir = self._built(real)
         files = {
             "etc/hostname": f"{self.spec.name}\n",
-            "etc/hosts": f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.spec.name}\n::1\tlocalhost ip6-localhost\n",
+            "etc/hosts": (f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.spec.name}\n::1\tlocalhost ip6-localhost\n"
+                          f"{registry_node_address(self.paths)}\t{REGISTRY_NAME}\n"),
             "etc/machine-id": f"{machine_id}\n",
             "etc/gpunode-sim/gpu.json": json.dumps(state, indent=2) + "\n",
             "etc/gpunode-sim/profile.json": json.dumps(
@@ -275,6 +277,8 @@ class SimNode:
         # the address the node's kubelet reports (a real kubelet refuses a loopback one); only inside the node
         subprocess.run(["ip", "-n", ns, "addr", "replace", f"{node_address(self.spec.address)}/32", "dev", "lo"],
                        check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "addr", "replace", f"{registry_node_address(self.paths)}/32", "dev", "lo"],
+                       check=True, capture_output=True)  # the fleet registry's forwarder listens there
         log = self.console_log.open("ab")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         commands = {
@@ -291,7 +295,7 @@ class SimNode:
                           f"TCP-LISTEN:{REPO_PORT},bind=127.0.0.1,reuseaddr,fork",
                           f"UNIX-CONNECT:{self.paths.run / 'repo.sock'}"],
             "registry-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
-                              f"TCP-LISTEN:{REGISTRY_PORT},bind={registry_address(self.paths)},reuseaddr,fork",
+                              f"TCP-LISTEN:{REGISTRY_PORT},bind={registry_node_address(self.paths)},reuseaddr,fork",
                               f"UNIX-CONNECT:{self.paths.run / 'registry.sock'}"],
             "api-node": ["nsenter", f"--net=/run/netns/{ns}", "socat",
                          f"TCP-LISTEN:{APISERVER_PORT},bind={self.paths.apiserver_address},reuseaddr,fork",
@@ -403,8 +407,9 @@ def registry_files(paths: SimPaths, runtime: str) -> dict[str, str]:
     if runtime == "docker":
         return {f"etc/docker/certs.d/{reach.host}/ca.crt": ca}
     folder = f"{CERTS_D}/{reach.host}"
-    hosts = (f'server = "https://{reach.host}"\n\n[host."https://{reach.host}"]\n'
-             f'  capabilities = ["pull", "resolve"]\n  ca = "{folder}/ca.crt"\n')
+    # the server itself with its CA, no [host] mirror before it: a mirror's "not found" would be followed by a try
+    # at the server without the mirror's CA, and containerd reports that last error (x509) for a missing tag
+    hosts = f'server = "https://{reach.host}"\nca = "{folder}/ca.crt"\n'
     return {f"{folder.lstrip('/')}/ca.crt": ca, f"{folder.lstrip('/')}/hosts.toml": hosts}
 
 

@@ -8,8 +8,9 @@ its image from here, by digest.
 
 The server (``docker-registry`` from Debian's ``docker-registry`` package, version 2.8) is fetched once per
 machine (``apt-get download``, unpacked with ``dpkg-deb``: installing the package would start a service on every
-interface) and cached. It listens on the fleet's ``127.0.<block>.252:5000`` on the host's loopback; nodes reach
-that address inside their own network through a forwarder (a unix socket, as for the API server).
+interface) and cached. It listens on the fleet's ``127.0.<block>.252:5000`` on the host's loopback; nodes know it as
+``registry.gpunode.test:5000`` (their ``/etc/hosts``), at an address of their own network where a forwarder
+(a unix socket, as for the API server) leads to it.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ import yaml
 
 from gpunode.errors import GpunodeError
 from gpunode_sim.cluster.controlplane import authority
+from gpunode_sim.cluster.egress import node_address
 from gpunode_sim.host.hostcmd import run
 from gpunode_sim.host.paths import SimPaths
 
 PACKAGE = "docker-registry"
+NAME = "registry.gpunode.test"  # the registry's name in image references (.test: reserved for tests, RFC 2606)
 HOST_INDEX = 252  # the block's .252 (nodes count up from .1 to at most .250, the bastion is .253, the API .254)
 PORT = 5000
 USER = "gpunode-nodes"  # the one registry user: pushes at 'sim up', pulls on the nodes
@@ -44,9 +47,10 @@ Record = Callable[[str, int], None]
 
 @dataclass(frozen=True)
 class RegistryAccess:
-    """How the fleet's registry is reached: address, CA, user and password."""
+    """How the fleet's registry is reached: by name from the nodes, by address from the host; CA and user."""
 
-    host: str  # ADDRESS:PORT, as image references and hosts.toml folders name it
+    host: str  # NAME:PORT, as image references, hosts.toml and certs.d folders and pull Secrets name it
+    push_host: str  # ADDRESS:PORT on the host's loopback (the host cannot resolve the name: its /etc/hosts is not ours)
     ca: Path
     username: str
     password: str
@@ -58,6 +62,13 @@ class RegistryAccess:
 
 def address(paths: SimPaths) -> str:
     return f"127.0.{paths.net_block}.{HOST_INDEX}"
+
+
+def node_side_address(paths: SimPaths) -> str:
+    """Where ``NAME`` points inside a node: an address of the nodes' own scheme, not a loopback one. containerd
+    and docker speak plain HTTP to a registry at a loopback address (containerd's localhost rule, docker's default
+    insecure 127.0.0.0/8); a production registry is never there, and TLS must be checked as it is in production."""
+    return node_address(address(paths))
 
 
 def folder(paths: SimPaths) -> Path:
@@ -110,7 +121,8 @@ def access(paths: SimPaths) -> RegistryAccess:
     if not password_file.is_file():
         password_file.touch(mode=0o600)
         password_file.write_text(secrets.token_urlsafe(18))
-    return RegistryAccess(f"{address(paths)}:{PORT}", certs / "ca.crt", USER, password_file.read_text().strip())
+    return RegistryAccess(f"{NAME}:{PORT}", f"{address(paths)}:{PORT}", certs / "ca.crt", USER,
+                          password_file.read_text().strip())
 
 
 def _htpasswd(username: str, password: str) -> str:
@@ -122,7 +134,7 @@ def _htpasswd(username: str, password: str) -> str:
 def write_config(paths: SimPaths, reach: RegistryAccess) -> Path:
     """The server's config.yml: storage in the fleet's state, TLS from the fleet's CA, htpasswd auth."""
     own = folder(paths)
-    pair = authority(paths).issue("registry", "gpunode-sim-registry", server=True, ips=(address(paths),))
+    pair = authority(paths).issue("registry-tls", NAME, server=True, ips=(address(paths),), dns=(NAME,))
     htpasswd = own / "htpasswd"
     htpasswd.write_text(_htpasswd(reach.username, reach.password))
     config = {
@@ -143,7 +155,7 @@ def _answers(paths: SimPaths, reach: RegistryAccess) -> bool:
     try:
         with socket.create_connection((address(paths), PORT), timeout=1) as raw, \
                 context.wrap_socket(raw, server_hostname=address(paths)) as tls:
-            tls.sendall(f"GET /v2/ HTTP/1.0\r\nHost: {reach.host}\r\n\r\n".encode())
+            tls.sendall(f"GET /v2/ HTTP/1.0\r\nHost: {reach.push_host}\r\n\r\n".encode())
             return tls.recv(16).startswith(b"HTTP/")
     except OSError:
         return False

@@ -69,6 +69,45 @@ def crash_fix(pod: PluginPodState, namespace: str) -> str:
     return f"kubectl -n {namespace} logs {pod.name} --previous"
 
 
+PULL_FAILED = ("ErrImagePull", "ImagePullBackOff")
+
+
+def image_pull_fix(said: str, image: str, namespace: str, pod: str) -> str:
+    """What to do about an image the node cannot pull, from the runtime's words (containerd's or docker's)."""
+    lowered = said.lower()
+    host = image.split("/", 1)[0] if "/" in image else "the registry"
+    if any(word in lowered for word in ("401 unauthorized", "unauthorized", "authentication required",
+                                        "no basic auth credentials", "403 forbidden", "denied")):
+        return (f"the registry {host} refused the nodes' credentials: set plugin_registry_username and "
+                "plugin_registry_password to a user that can pull it (the deploy writes them into the Secret "
+                "gpunode-registry that the DaemonSet names), or fix the Secret plugin_pull_secret names; then re-run "
+                "deploys/device_plugin.py and delete the waiting pod (the kubelet backs off up to 5 minutes)")
+    if "not found" in lowered or "manifest unknown" in lowered:
+        return (f"{image} is not in the registry: push it (gpunode image push REGISTRY/REPOSITORY:TAG --archive "
+                "IMAGE.tar prints the reference to use, pinned by digest), or set plugin_image to one that is there; "
+                "then re-run deploys/device_plugin.py")
+    if "x509" in lowered or "certificate" in lowered:
+        return (f"the node does not trust {host}'s certificate: put the registry's CA on the node, for containerd "
+                f"in /etc/containerd/certs.d/{host}/ (hosts.toml 'ca', with config_path set in the CRI plugin's "
+                f"registry section), for docker as /etc/docker/certs.d/{host}/ca.crt")
+    if "server gave http response to https client" in lowered or "400 bad request" in lowered:
+        return (f"the node and {host} disagree about TLS (plain HTTP to a TLS port, or the other way round): check "
+                "the node's hosts.toml / certs.d for that registry")
+    if any(word in lowered for word in ("no such host", "connection refused", "i/o timeout", "dial tcp",
+                                        "network is unreachable")):
+        return f"the node cannot reach {host}: check its DNS and route to the registry (from the node: curl https://{host}/v2/)"
+    return f"kubectl -n {namespace} describe pod {pod} (the runtime's own error is quoted above)"
+
+
+def image_pull_failed(what: str, evidence: list[str], pod: PluginPodState, namespace: str) -> Finding:
+    said = " ".join([pod.waiting_message, *pod.warnings])
+    told = any(w.startswith("Failed: Failed to pull image") for w in pod.warnings)  # the same words, as an event
+    quoted = [f"waiting: {pod.waiting}: {pod.waiting_message}"] if pod.waiting_message and not told else []
+    return Finding(STEP, Severity.FAIL, f"{what}: the node cannot pull the device plugin's image {pod.image}",
+                   evidence + plugin_pod_evidence(pod, namespace) + quoted,
+                   image_pull_fix(said, pod.image, namespace, pod.name), code="plugin-image-pull")
+
+
 def sandbox_fix(event: str, namespace: str, pod: str) -> str:
     """The fix a FailedCreatePodSandBox event points at."""
     if "no runtime for" in event:
@@ -162,6 +201,8 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     if offer.count is None:
         if node.unschedulable:
             return [cordoned(node, evidence)]
+        if pod.exists and pod.waiting in PULL_FAILED:
+            return [image_pull_failed(f"{node.name} offers {have} allocatable {resource}", evidence, pod, namespace)]
         if pod.exists and (pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready)):
             # whatever the count should be, a crash-looping plugin offers nothing new: never "not checked"
             return [Finding(STEP, Severity.FAIL, f"{node.name} offers {have} allocatable {resource}: the device "
@@ -190,6 +231,8 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         code="plugin-missing")]
     if not pod.exists:
         return [not_scheduled(what, evidence, rollout, node, namespace)]
+    if pod.waiting in PULL_FAILED:
+        return [image_pull_failed(what, evidence, pod, namespace)]
     pod_evidence = plugin_pod_evidence(pod, namespace)
     sandbox = next((w for w in pod.warnings if w.startswith("FailedCreatePodSandBox")), None)
     if sandbox and not pod.ready and not pod.restarts:

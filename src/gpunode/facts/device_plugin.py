@@ -61,6 +61,8 @@ class PluginPodState:
     log_tail: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()  # the pod's last Warning events, "Reason: message", when it is not ready
     unhealthy: tuple[tuple[str, str, str], ...] = ()  # (device, resource, reason) the plugin logged as unhealthy
+    waiting_message: str = ""  # the kubelet's words with the waiting reason (an image pull's error, ...)
+    image: str = ""  # the image its container runs or is to run
 
     @property
     def exists(self) -> bool:
@@ -158,6 +160,9 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
     statuses = (pod.status.containerStatuses or []) if pod.status else []
     container = statuses[0] if statuses else None
     waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""
+    waiting_message = (container.state.waiting.message or "") if waiting and container and container.state else ""
+    image = container.image if container and container.image else (
+        pod.spec.containers[0].image if pod.spec and pod.spec.containers else "")
     terminated = container.lastState.terminated if container and container.lastState else None
     log_tail: tuple[str, ...] = ()
     lines: list[str] = []
@@ -174,7 +179,7 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
                           bool(container and container.ready), waiting or "",
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,
-                          last_words(log_tail), warnings, unhealthy_devices(lines))
+                          last_words(log_tail), warnings, unhealthy_devices(lines), waiting_message, image or "")
 
 
 def pod_warnings(settings: ClusterSettings, namespace: str, name: str, keep: int = 3) -> tuple[str, ...]:

@@ -30,11 +30,12 @@ from gpunode.cluster.labels import driver_version_of
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, DIGEST_ANNOTATION, Offer, expected_offer, text_digest
 from gpunode.diagnosis import failures
-from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose
+from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose, image_pull_failed
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import (
     DAEMONSET,
     RolloutState,
+    being_deleted,
     plugin_pod_state,
     pod_ready,
     read_plugin_pod,
@@ -198,6 +199,17 @@ def _read_live(settings: ClusterSettings, document: dict) -> dict | None:
     return live.to_dict() if live is not None else None
 
 
+def retry_pulls(target: Host, settings: ClusterSettings, namespace: str) -> None:
+    """Delete the plugin pods whose image pull failed: with the pull Secret just changed, their successors pull
+    at once instead of after the kubelet's back-off (up to 5 minutes)."""
+    for node, pod in sorted(read_plugin_pods(settings, namespace).items()):
+        if waiting_reason(pod) in ("ErrImagePull", "ImagePullBackOff") and not being_deleted(pod):
+            name = pod.metadata.name
+            api_call(settings, f"delete pod {namespace}/{name}",
+                     lambda client, name=name: client.delete(Pod, name, namespace=namespace))
+            target.log(f"deleted {name} on {node}: its image pull failed before the pull Secret changed")
+
+
 def apply_documents(target: Host, settings: ClusterSettings, documents: list[dict],
                     extras: dict[str, dict] | None = None) -> None:
     """Apply each document; then remove what other managers added to the DaemonSet's selecting fields."""
@@ -206,6 +218,8 @@ def apply_documents(target: Host, settings: ClusterSettings, documents: list[dic
         api_call(settings, f"apply {document['kind']} {document['metadata']['name']}",
                  lambda client, obj=obj: client.apply(obj, field_manager=FIELD_MANAGER, force=True))
         target.log(f"applied {document['kind']} {document['metadata']['name']}")
+        if document["kind"] == "Secret":
+            retry_pulls(target, settings, document["metadata"]["namespace"])
         patch = (extras or {}).get(document["metadata"]["name"]) if document["kind"] == "DaemonSet" else None
         if patch:
             meta = document["metadata"]
@@ -252,6 +266,24 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
     yield control_command(apply_documents, settings, stale, extras)
 
 
+def waiting_reason(pod: Pod | None) -> str:
+    """The waiting reason of the pod's (first) container, from the pod alone ('' when it is not waiting)."""
+    statuses = (pod.status.containerStatuses or []) if pod is not None and pod.status else []
+    state = statuses[0].state if statuses else None
+    return (state.waiting.reason or "") if state is not None and state.waiting is not None else ""
+
+
+def pull_refused(settings: ClusterSettings, namespace: str, pods: dict[str, Pod]) -> None:
+    """Raise, with the kubelet's words and the fix, when a plugin pod's image cannot be pulled: the kubelet only
+    backs off (up to 5 minutes), so waiting out the deploy's timeout would change nothing."""
+    for node, pod in sorted(pods.items()):
+        if waiting_reason(pod) != "ImagePullBackOff" or being_deleted(pod):
+            continue
+        found = plugin_pod_state(settings, namespace, node, pod)
+        finding = image_pull_failed(f"the device plugin's pod {pod.metadata.name} on {node}", [], found, namespace)
+        raise GpunodeError(f"{finding.what}\n  evidence: " + "\n            ".join(finding.evidence), finding.fix)
+
+
 def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
     deadline = time.monotonic() + settings.rollout_timeout
     shown = ""
@@ -271,6 +303,11 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
         if rollout.progress() != shown:
             shown = rollout.progress()
             target.log(f"device plugin rollout: {shown}")
+        try:
+            pull_refused(settings, namespace, read_plugin_pods(settings, namespace))
+        except GpunodeError as error:
+            if not transient(error):
+                raise
         if time.monotonic() > deadline:
             raise GpunodeError(f"the device-plugin rollout did not finish in {settings.rollout_timeout} s "
                                f"({rollout.progress()})",
@@ -357,15 +394,17 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
         # (held for SETTLE_SECONDS: the status lags a pod deletion by a moment)
         settled_since = (settled_since or time.monotonic()) if rollout.complete and found is None else None
         settled = settled_since is not None and time.monotonic() - settled_since >= SETTLE_SECONDS
-        late = time.monotonic() > deadline
+        backing_off = waiting_reason(found) == "ImagePullBackOff"  # the kubelet retries a pull; waiting fixes nothing
+        late = time.monotonic() > deadline or backing_off
         pod = None
         if settled or late:  # the pod's full state (its log and Warning events when not ready) only to explain
             pod = plugin_pod_state(settings, namespace, node, found)
             findings = failures(diagnose(rollout, pod, current, offer, namespace))
             if findings:
                 finding = findings[0]
-                waited = "the rollout is complete and placed no pod here" if settled and not late else \
-                    f"after {settings.allocatable_timeout} s"
+                waited = ("the rollout is complete and placed no pod here" if settled and not late else
+                          "the kubelet backs off pulling it" if backing_off else
+                          f"after {settings.allocatable_timeout} s")
                 raise GpunodeError(f"{finding.what} ({waited})\n  evidence: "
                                    + "\n            ".join(finding.evidence), finding.fix)
         if late and pod is not None:
