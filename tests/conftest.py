@@ -36,11 +36,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 GPUNODE = [sys.executable, "-m", "gpunode.cli"]
 # containerd's default config with what the simulated nodes' admin sets for their kubelet (the locally built pause
-# image, no oom_score_adj below containerd's own, Debian's CNI folder): a node's config "reset to the default"
-# without making its pods impossible to start for reasons of this machine's, not of the nvidia runtime
+# image, no oom_score_adj below containerd's own, Debian's CNI folder, the registries' trust in certs.d): a node's
+# config "reset to the default" without making its pods impossible to start for reasons of this machine's, not of
+# the nvidia runtime
 CONTAINERD_DEFAULT = ("containerd config default | sed -e 's|registry.k8s.io/pause:3.6|registry.k8s.io/pause:3.10.1|'"
                       " -e 's|restrict_oom_score_adj = false|restrict_oom_score_adj = true|'"
-                      " -e 's|/opt/cni/bin|/usr/lib/cni|'")
+                      " -e 's|/opt/cni/bin|/usr/lib/cni|'"
+                      """ -e 's|config_path = ""|config_path = "/etc/containerd/certs.d"|'""")
 
 
 def fleet_unavailable() -> str | None:

@@ -63,10 +63,12 @@ def container_response(resource: Resource, ids: list[str], config: Config) -> pb
     return response
 
 
-def preferred(resource: Resource, available: list[str], required: list[str], size: int) -> list[str]:
-    """The best ``size`` devices: NVLink- and NUMA-aware on whole GPUs, spread on replicas; never raises."""
+def preferred(resource: Resource, available: list[str], required: list[str], size: int,
+              policy: str = "distributed") -> list[str]:
+    """The best ``size`` devices: NVLink- and NUMA-aware on whole GPUs; on replicas by the shared-devices
+    allocation ``policy`` (distributed: spread over GPUs, packed: fill GPUs); never raises."""
     try:
-        chosen = _preferred(resource, available, required, size)
+        chosen = _preferred(resource, available, required, size, policy)
         if len(chosen) == size:
             return chosen
     except Exception:  # noqa: BLE001 - GetPreferredAllocation must never fail pod admission
@@ -85,11 +87,12 @@ def _pair_score(a: LogicalDevice, b: LogicalDevice) -> int:
     return score
 
 
-def _preferred(resource: Resource, available: list[str], required: list[str], size: int) -> list[str]:
+def _preferred(resource: Resource, available: list[str], required: list[str], size: int,
+               policy: str = "distributed") -> list[str]:
     devices = {i: resource.devices[i] for i in available if i in resource.devices}
     must = [i for i in required if i in devices]
     if resource.shared:
-        return _spread_replicas(devices, must, size)
+        return _spread_replicas(devices, must, size, packed=policy == "packed")
     rest = [i for i in devices if i not in must]
     need = size - len(must)
     if need <= 0:
@@ -110,8 +113,10 @@ def _preferred(resource: Resource, available: list[str], required: list[str], si
     return best[1] if best else []
 
 
-def _spread_replicas(devices: dict[str, LogicalDevice], must: list[str], size: int) -> list[str]:
-    """Distributed policy: take replicas from the GPUs with the most free replicas, one GPU at a time."""
+def _spread_replicas(devices: dict[str, LogicalDevice], must: list[str], size: int, packed: bool = False) \
+        -> list[str]:
+    """Take replicas one at a time: distributed from the GPU with the most free replicas (fewest allocated),
+    packed from the one with the fewest free (most allocated), as NVIDIA's policies of those names."""
     chosen = list(must)
     taken_per_gpu: dict[str, int] = {}
     for i in must:
@@ -121,7 +126,9 @@ def _spread_replicas(devices: dict[str, LogicalDevice], must: list[str], size: i
         if i not in chosen:
             free.setdefault(device.physical_id, []).append(i)
     while len(chosen) < size and any(free.values()):
-        gpu = max((g for g in free if free[g]), key=lambda g: (len(free[g]) - taken_per_gpu.get(g, 0), g))
+        candidates = [g for g in free if free[g]]
+        gpu = (min(candidates, key=lambda g: (len(free[g]) - taken_per_gpu.get(g, 0), g)) if packed else
+               max(candidates, key=lambda g: (len(free[g]) - taken_per_gpu.get(g, 0), g)))
         chosen.append(free[gpu].pop(0))
         taken_per_gpu[gpu] = taken_per_gpu.get(gpu, 0) + 1
     return chosen

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field, fields
 
 import yaml
 
-from gpunode_plugin.config_keys import FILE_KEYS
+from gpunode_plugin.config_keys import FILE_KEYS, NOT_ACTED_ON
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 ID_STRATEGIES = ("uuid", "index")
 BACKENDS = ("nvml", "sim")
+SHARED_POLICIES = ("distributed", "packed")  # NVIDIA's v0.20 sharedDevicesAllocationPolicy; distributed is its default
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/device-plugins/kubelet.sock"
 
 
@@ -49,6 +50,7 @@ class Config:
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     shared: tuple[SharedResource, ...] = ()
+    shared_allocation_policy: str = "distributed"
     # gpunode additions
     backend: str = "nvml"
     sim_state_file: str = "/etc/gpunode-sim/gpu.json"
@@ -76,6 +78,8 @@ OPTIONS = (
     ("--device-id-strategy", "DEVICE_ID_STRATEGY", "flags.plugin.deviceIDStrategy", "device_id_strategy", "str"),
     ("--cdi-annotation-prefix", "CDI_ANNOTATION_PREFIX", "flags.plugin.cdiAnnotationPrefix",
      "cdi_annotation_prefix", "str"),
+    ("--shared-devices-allocation-policy", "SHARED_DEVICES_ALLOCATION_POLICY",
+     "flags.plugin.sharedDevicesAllocationPolicy", "shared_allocation_policy", "str"),
     ("--kubelet-socket", "KUBELET_SOCKET", None, "kubelet_socket", "str"),
     ("--config-file", "CONFIG_FILE", None, "config_file", "str"),
     ("--backend", "GPUNODE_PLUGIN_BACKEND", "flags.plugin.gpunodeBackend", "backend", "str"),
@@ -146,6 +150,10 @@ def read_file(path: str) -> tuple[dict[str, object], dict]:
         value = _dig(data, section)
         if value is not None:
             _check_keys(path, value, section)
+    for key, (accepted, _env, why) in NOT_ACTED_ON.items():
+        value = _dig(data, key)
+        if value is not None and value not in accepted:
+            raise ConfigError(f"{path}: {key} = {value!r} is refused: {why}")
     values = {}
     for _flag, _env, file_key, name, kind in OPTIONS:
         if file_key:
@@ -186,6 +194,7 @@ def load(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
                 if env.get(var) not in (None, "")}
     from_args = {name: _convert(flag, getattr(args, name), kinds[name])
                  for flag, _e, _k, name, _kind in OPTIONS if getattr(args, name) is not None}
+    refuse_unacted_env(env)
     config_file = from_args.get("config_file") or from_env.get("config_file")
     file_values: dict[str, object] = {}
     slicing: dict = {}
@@ -197,6 +206,25 @@ def load(argv: list[str] | None = None, environ: dict[str, str] | None = None) -
     config = Config(**{k: v for k, v in values.items() if k in known})
     validate(config)
     return config
+
+
+def _env_accepted(value: str, accepted: tuple) -> bool:
+    """An environment value asks for what NVIDIA's plugin does at ``accepted`` (off for a switch or a section)."""
+    said = value.strip()
+    if said.lower() in ("false", "0", "no") and any(a is False for a in accepted):
+        return True  # a switch left off
+    if said.lower() in ("false", "no") and {} in accepted:
+        return True  # a section's switch left off (IMEX_REQUIRED=false); a channel id such as 0 is not
+    return any(isinstance(a, str) and a == said for a in accepted)
+
+
+def refuse_unacted_env(env: dict[str, str] | os._Environ[str]) -> None:
+    """NVIDIA's environment variables for what this plugin does not do, refused where they ask for it."""
+    for key, (accepted, names, why) in NOT_ACTED_ON.items():
+        for name in names:
+            value = env.get(name)
+            if value not in (None, "") and not _env_accepted(value, accepted):
+                raise ConfigError(f"{name}={value!r} ({key}) is refused: {why}")
 
 
 def _sharing(path: str, slicing: dict) -> dict[str, object]:
@@ -227,6 +255,9 @@ def validate(config: Config) -> None:
     if config.device_id_strategy not in ID_STRATEGIES:
         raise ConfigError(f"deviceIDStrategy: {config.device_id_strategy!r} is not one of "
                           f"{', '.join(ID_STRATEGIES)}")
+    if config.shared_allocation_policy not in SHARED_POLICIES:
+        raise ConfigError(f"sharedDevicesAllocationPolicy: {config.shared_allocation_policy!r} is not one of "
+                          f"{', '.join(SHARED_POLICIES)}")
     if config.backend not in BACKENDS:
         raise ConfigError(f"backend: {config.backend!r} is not one of {', '.join(BACKENDS)}")
     for shared in config.shared:

@@ -74,7 +74,8 @@ class DevicePluginService(rpc.DevicePluginServicer):
         response = pb.PreferredAllocationResponse()
         for container in request.container_requests:
             chosen = preferred(self.resource, list(container.available_deviceIDs),
-                               list(container.must_include_deviceIDs), container.allocation_size)
+                               list(container.must_include_deviceIDs), container.allocation_size,
+                               self.config.shared_allocation_policy)
             response.container_responses.add(deviceIDs=chosen)
         self.metrics.inc("preferred_allocations_total", self.resource.name)
         return response

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from gpunode.cluster.plugin_config_keys import FILE_KEYS
+from gpunode.cluster.plugin_config_keys import FILE_KEYS, NOT_ACTED_ON
 from gpunode.errors import GpunodeError
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -130,9 +130,11 @@ def parse_plugin_config(value: object, settings_flags: dict[str, str] | None = N
     sharing = document.get("sharing")
     if sharing is not None:
         _check_keys(sharing, "sharing")
-        if "mps" in sharing:
-            raise GpunodeError("plugin_config: sharing.mps is not supported by gpunode's device plugin",
-                               "use sharing.timeSlicing, or NVIDIA's plugin with its MPS daemon")
+    for key, (accepted, _env, why) in NOT_ACTED_ON.items():  # never accepted and dropped: refused, with why
+        given = _dig(document, key)
+        if given is not None and given not in accepted:
+            raise GpunodeError(f"plugin_config: {key} = {json.dumps(given)} is refused by gpunode's device plugin",
+                               f"{why}; or remove {key} from plugin_config")
     slicing = _dig(document, "sharing.timeSlicing")
     if slicing is None:
         return PluginConfig(document)
