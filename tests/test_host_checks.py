@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from gpunode_sim.guest import systemctl
 from gpunode_sim.host import prereqs
-from gpunode_sim.host.mirror import debian_mirror
 
 from gpunode.cli import main
 from gpunode.errors import GpunodeError
+from gpunode.image.mirror import debian_mirror
 
 
 def test_missing_tool_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -114,3 +114,35 @@ def test_with_the_sim_extra_it_drives_the_simulated_fleet(fleet: dict, venv: Pat
     bootstrap = run(["pyinfra", "-y", "inventories/sim.py", "deploys/bootstrap.py"], project, env)
     assert bootstrap.returncode == 0, bootstrap.stdout[-3000:] + bootstrap.stderr[-3000:]
     assert not list(REPO.glob("gpunode-deploy-report.json"))
+
+
+def test_from_a_fresh_venv_the_image_is_built_and_pushed_to_the_fleets_registry(
+        fleet: dict, venv: Path, dist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``gpunode image build`` and ``gpunode image push`` with gpunode's wheel alone: the plugin's wheel in, the
+    same bytes as the image the fleet runs out (its dependencies constrained to the versions the tests ran), pushed
+    to the fleet's registry with the registry's CA and user."""
+    from gpunode_sim.host.paths import SimPaths
+    from gpunode_sim.images import plugin_image
+    from gpunode_sim.registry import server
+
+    env = {k: v for k, v in fleet["env"].items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    inventory = json.loads((Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "inventory.json").read_text())
+    digest = inventory["plugin"]["plugin_image"].split("@")[1]
+    pins = tmp_path / "pins.txt"
+    pins.write_text("".join(f"{pin}\n" for pin in plugin_image.installed_versions()))
+    wheel = next(dist.glob("gpunode_device_plugin-*.whl"))
+    cache = Path(os.environ.get("GPUNODE_CACHE_DIR", "/var/cache/gpunode"))  # the base layer the fleet's build made
+    built = run([str(venv / "bin" / "gpunode"), "image", "build", "--plugin", str(wheel), "--cache", str(cache),
+                 "--constraint", str(pins), "--out", str(tmp_path / "image")], tmp_path, env)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert f"gpunode-device-plugin:0.1.0  {digest}" in built.stdout, (built.stdout, digest)
+    for name in ("GPUNODE_SIM_DIR", "GPUNODE_SIM_NET"):
+        monkeypatch.setenv(name, fleet["env"][name])
+    reach = server.access(SimPaths.from_env())
+    reference = f"{reach.push_host}/gpunode/device-plugin:from-a-fresh-venv"
+    pushed = run([str(venv / "bin" / "gpunode"), "image", "push", reference, "--archive",
+                  str(tmp_path / "image" / "image.tar"), "--cert-dir", str(reach.cert_dir), "--username",
+                  reach.username], tmp_path, {**env, "GPUNODE_REGISTRY_PASSWORD": reach.password})
+    assert pushed.returncode == 0 and f"pushed {reference}: {digest}" in pushed.stdout, pushed.stderr[-2000:]
+

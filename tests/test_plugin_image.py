@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from gpunode_sim.images import plugin_image
-from gpunode_sim.images.oci import write_archive
+
+from gpunode.image.oci import write_archive
 
 from .conftest import REPO
 

@@ -385,6 +385,40 @@ def image() -> None:
     """The device plugin's container image in your registry."""
 
 
+@image.command(name="build")
+@click.option("--plugin", "source", default="plugin", show_default=True, type=click.Path(exists=True),
+              help="The device plugin's source folder (plugin/ of a gpunode checkout) or its wheel.")
+@click.option("--out", default="gpunode-device-plugin-image", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for image.tar (an OCI archive, also a docker load archive) and image.json.")
+@click.option("--cache", default=None, type=click.Path(file_okay=False),
+              help="Where the base layer is kept between builds (default: $XDG_CACHE_HOME/gpunode, else "
+                   "~/.cache/gpunode).")
+@click.option("--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
+              help="pip constraints for the plugin's dependencies (e.g. pip freeze of a tested environment); "
+                   "repeatable. The same inputs give the same image digest.")
+def image_build(source: str, out: str, cache: str | None, constraint_files: tuple[str, ...]) -> None:
+    """Build the device plugin's image without a Docker engine: Debian 12 slim with Debian's Python (debootstrap,
+    as root, once per cache folder) and the plugin with its dependencies from wheels; print the archive and its
+    digest. plugin/Dockerfile describes the same image for Docker users.
+
+    \b
+    Example:
+      gpunode image build --plugin plugin/ && gpunode image push REGISTRY/gpu/device-plugin:0.1.0 \\
+          --archive gpunode-device-plugin-image/image.tar
+    """
+    import os
+
+    from gpunode.image.build import ARCHIVE, build
+
+    home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpunode"
+    constraints = [line.strip() for name in constraint_files for line in Path(name).read_text().splitlines()
+                   if line.strip() and not line.lstrip().startswith("#")]
+    described = build(Path(source).resolve(), Path(out).resolve(), Path(cache) if cache else home,
+                      lambda line: click.echo(f"  {line}", err=True), constraints=constraints)
+    click.echo(f"{Path(out).resolve() / ARCHIVE}  {described['name']}  {described['digest']}  "
+               f"{described['archive_bytes'] / 2**20:.0f} MiB")
+
+
 @image.command(name="push")
 @click.argument("reference")
 @click.option("--archive", required=True, type=click.Path(dir_okay=False, exists=True),

@@ -24,10 +24,10 @@ from pathlib import Path
 import tomlkit
 
 from gpunode.errors import GpunodeError
+from gpunode.image.mirror import debian_mirror
 from gpunode_sim.access.ssh import SIM_USER
 from gpunode_sim.guest import systemctl
 from gpunode_sim.host.hostcmd import run
-from gpunode_sim.host.mirror import debian_mirror
 from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.spec.profiles import DEFAULT_OS, OPERATING_SYSTEMS
 

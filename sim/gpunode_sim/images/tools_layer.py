@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gpunode_sim.images.oci import files_layer, write_archive
+from gpunode.image.oci import files_layer, write_archive
 from gpunode_sim.images.workload_image import write_image
 from gpunode_sim.repos.aptrepo import render_standin
 

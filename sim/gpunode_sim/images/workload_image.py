@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode_sim.images.oci import files_layer, write_archive
+from gpunode.image.oci import files_layer, write_archive
 
 IMAGE_NAME = "docker.io/library/gpunode-workload:1"
 BUSYBOX = Path("/bin/busybox")

@@ -35,13 +35,13 @@ from pathlib import Path
 import tomlkit
 import yaml
 
+from gpunode.image.oci import archive_digest
 from gpunode_sim.access.ssh import SIM_USER, ensure_key
 from gpunode_sim.cluster.controlplane import APISERVER_PORT, node_credentials
 from gpunode_sim.cluster.egress import node_address
 from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.host.processes import alive, signal_group, signal_pid
 from gpunode_sim.images.layers import SIM_UID, layer_dir, lower_dirs
-from gpunode_sim.images.oci import archive_digest
 from gpunode_sim.registry.server import NAME as REGISTRY_NAME
 from gpunode_sim.registry.server import PORT as REGISTRY_PORT
 from gpunode_sim.registry.server import node_side_address as registry_node_address

@@ -1,4 +1,4 @@
-"""The Debian mirror the host's own apt uses, so the node images come from the same place."""
+"""The Debian mirror the host's own apt uses: images (the plugin's, the simulated nodes') come from the same place."""
 
 from __future__ import annotations
 
