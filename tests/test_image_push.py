@@ -15,7 +15,7 @@ import pytest
 from gpunode.cluster import rbac
 from gpunode.cluster.manifests import PULL_SECRET, ManifestSettings, documents, render
 from gpunode.errors import GpunodeError
-from gpunode.image.push import Registry, pinned, push, split_reference
+from gpunode.image.push import Registry, pin, pinned, push, split_reference
 
 from .conftest import REPO
 
@@ -63,6 +63,8 @@ record = {{"args": args, "auth": open(auth).read() if auth else None,
 open({str(calls)!r}, "w").write(json.dumps(record))
 if "--digestfile" in args:
     open(args[args.index("--digestfile") + 1], "w").write({DIGEST!r})
+if args[0] == "inspect":
+    print({DIGEST!r})
 """)
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
@@ -145,3 +147,19 @@ def test_the_rbac_rules_reach_only_the_pull_secret_by_name() -> None:
     named = [r for r in rules if r.names]
     assert [(r.verbs, r.names) for r in named] == [(("get", "patch", "delete"), (PULL_SECRET,))]
     assert [r.verbs for r in rules if not r.names] == [("create",)]  # RBAC cannot limit create to a name
+
+
+def test_a_tag_is_pinned_to_the_digest_its_registry_gives(fake_skopeo: Path) -> None:
+    image, said = pin("registry.example:5000/gpu/device-plugin:0.1.0", Registry(None, "u", "p"))
+    assert image == IMAGE and DIGEST in said
+    call = json.loads(fake_skopeo.read_text())
+    assert call["args"][:3] == ["inspect", "--format", "{{.Digest}}"] and "--authfile" in call["args"]
+
+
+def test_what_cannot_be_pinned_stays_as_given_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert pin(IMAGE, Registry()) == (IMAGE, f"{IMAGE} is pinned by digest already")
+    image, said = pin("gpunode-device-plugin:0.1.0", Registry())
+    assert image == "gpunode-device-plugin:0.1.0" and "names no registry" in said
+    monkeypatch.setenv("PATH", str(tmp_path))  # no skopeo
+    image, said = pin("registry.example/gpu/plugin:1", Registry())
+    assert image == "registry.example/gpu/plugin:1" and "needs skopeo" in said

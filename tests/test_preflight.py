@@ -9,6 +9,7 @@ import pytest
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.rbac import Rule
 from gpunode.connection import Reply, Unreachable
+from gpunode.errors import GpunodeError
 from gpunode.preflight import (
     NOT_CHECKED,
     OK,
@@ -16,6 +17,7 @@ from gpunode.preflight import (
     PROBLEM,
     Preflight,
     check_cluster,
+    check_plugin_image,
     judge_host,
     probe_script,
     render,
@@ -118,3 +120,29 @@ def test_no_kubeconfig_and_a_dead_api_are_problems_and_permissions_not_checked(t
     check_cluster(report, cluster(tmp_path), "ns", down)
     assert [(c.name, c.state) for c in report.checks] == [("api", PROBLEM), ("permissions", NOT_CHECKED)]
     assert not report.ready and "not ready: 1 problem(s)" in render(report)
+
+
+@pytest.mark.parametrize(("image", "answer", "state", "words"), [
+    ("gpunode-device-plugin:0.1.0", None, PROBLEM, "names no registry"),
+    ("registry.example/gpu/plugin:1", "sha256:" + "0" * 64, OK, "the registry has it: sha256:000"),
+    ("registry.example/gpu/plugin:1", GpunodeError("reading registry.example/gpu/plugin:1 from its registry failed: "
+                                                   "reading manifest 1 in registry.example/gpu/plugin: manifest "
+                                                   "unknown: manifest unknown", "push it"),
+     PROBLEM, "manifest unknown"),
+    ("registry.example/gpu/plugin:1", GpunodeError("reading registry.example/gpu/plugin:1 from its registry failed: "
+                                                   "dial tcp: lookup registry.example: no such host"),
+     NOT_CHECKED, "cannot be read from this machine"),
+])
+def test_the_plugin_image_is_checked_in_its_registry(monkeypatch: pytest.MonkeyPatch, image: str,
+                                                      answer: object, state: str, words: str) -> None:
+    def resolve(reference: str, registry: object) -> str:
+        if isinstance(answer, Exception):
+            raise answer
+        return str(answer)
+
+    monkeypatch.setattr("gpunode.image.push.resolve", resolve)
+    report = Preflight()
+    check_plugin_image(report, image, {})
+    [line] = report.checks
+    assert (line.subject, line.name, line.state) == ("plugin image", image, state) and words in line.detail
+    assert line.fix or state != PROBLEM

@@ -125,3 +125,28 @@ def test_gpunode_image_push_puts_the_image_in_the_fleets_registry(fleet: dict, m
                       "--username", reach.username, env=env, check=False)
     assert refused.returncode == 1 and "unauthorized" in refused.stderr.lower(), refused.stderr
     assert "refused the credentials" in refused.stderr
+
+
+def test_render_pins_a_tag_to_the_digest_the_registry_gives(fleet: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpunode_sim.host.paths import SimPaths
+    from gpunode_sim.registry import server
+
+    from .test_provisioning import INVENTORY
+
+    for name in ("GPUNODE_SIM_DIR", "GPUNODE_SIM_NET"):
+        monkeypatch.setenv(name, fleet["env"][name])
+    reach = server.access(SimPaths.from_env())
+    digest = plugin_image(fleet).split("@")[1]
+    # by the registry's address: this host cannot resolve the name the nodes use (their /etc/hosts is theirs)
+    tagged = f"{reach.push_host}/gpunode/device-plugin:0.1.0"
+    rendered = gpunode("render", INVENTORY, "--data", f"plugin_image={tagged}", "--data",
+                       f"plugin_registry_cert_dir={reach.cert_dir}", env=fleet["env"], check=False)
+    assert rendered.returncode == 0, rendered.stderr
+    assert f"image: {reach.push_host}/gpunode/device-plugin@{digest}" in rendered.stdout
+    assert f"{tagged} pinned to its digest in the registry: {digest}" in rendered.stderr
+    kept = gpunode("render", INVENTORY, "--no-pin", "--data", f"plugin_image={tagged}", env=fleet["env"], check=False)
+    assert f"image: {tagged}" in kept.stdout and "pinned" not in kept.stderr
+    # a CA this host does not have: the tag stays, and stderr says why
+    refused = gpunode("render", INVENTORY, "--data", f"plugin_image={tagged}", env=fleet["env"], check=False)
+    assert refused.returncode == 0 and f"image: {tagged}" in refused.stdout
+    assert "not pinned to a digest" in refused.stderr and "certificate" in refused.stderr, refused.stderr

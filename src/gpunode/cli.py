@@ -235,11 +235,16 @@ def migrate(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], dry: 
               help="With --rbac: who gets the rules (User:NAME, Group:NAME, ServiceAccount:NS/NAME).")
 @click.option("--migrate-from", multiple=True, metavar="NAMESPACE/NAME",
               help="With --rbac: also what 'gpunode migrate' needs on this DaemonSet of NVIDIA's; repeatable.")
-def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migrate_from: tuple[str, ...]) -> None:
+@click.option("--no-pin", is_flag=True, help="Keep plugin_image as given (by default a tag is pinned to the digest "
+              "it has in its registry, as the deploy does, when the registry answers).")
+def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migrate_from: tuple[str, ...],
+           no_pin: bool) -> None:
     """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
 
     Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy,
-    nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py).
+    nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py). A plugin_image by
+    tag is pinned to the digest the tag has in its registry (skopeo, with plugin_registry_cert_dir and the
+    registry user), as the deploy pins it; where that cannot be read, the tag stays and stderr says why.
 
     With --rbac, the permissions gpunode's cluster steps, verify and doctor need and nothing more: the plugin's
     namespace, a ClusterRole and a Role in that namespace, bound to SUBJECT. An admin applies them once; then
@@ -257,6 +262,10 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migr
 
     targets = load_inventory(inventory, data=parse_data(list(data)))
     settings = ManifestSettings.from_data(targets[0].data)
+    if not rbac and not no_pin:
+        from gpunode.operations.device_plugin import pinned_manifests
+
+        settings = pinned_manifests(settings, targets[0].data, lambda line: click.echo(f"gpunode: {line}", err=True))
     click.echo(render_rbac(settings.namespace, subject, migrate_from) if rbac else render_manifests(settings),
                nl=False)
 
@@ -271,7 +280,8 @@ def check(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], as_json
 
     The inventory's data first (typos, bad values), before any connection; then per host SSH, sudo, the OS
     family, the container runtime and the toolkit repository as the host reaches it; then the cluster: the
-    kubeconfig, the API server and every permission gpunode needs. Exit 0 ready, 1 not ready.
+    kubeconfig, the API server and every permission gpunode needs; then plugin_image in its registry (skopeo;
+    not checked where this machine cannot reach the registry). Exit 0 ready, 1 not ready.
 
     \b
     Examples:

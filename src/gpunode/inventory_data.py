@@ -122,6 +122,8 @@ KEYS: tuple[DataKey, ...] = (
             hint="a user name without ':' or spaces"),
     DataKey("plugin_registry_password", str, "", "that user's password (from your secret store: --data or an "
             "encrypted group_data file, never a committed one)"),
+    DataKey("plugin_registry_cert_dir", str, "", "for gpunode itself (render, deploy resolve plugin_image's tag to "
+            "its digest): a folder with the registry's CA as ca.crt; '' : the system's trust"),
     DataKey("plugin_pull_secret", str, "", "or: the name of a pull Secret you keep in the plugin's namespace",
             pattern=r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", hint="a Kubernetes object name (lower case, digits, '-', '.')"),
     DataKey("plugin_namespace", str, "gpunode-system", "the namespace of the device plugin's objects",

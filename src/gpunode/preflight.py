@@ -213,6 +213,37 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
                    "(SelfSubjectAccessReview)")
 
 
+UNREADABLE_HERE = ("no such host", "connection refused", "timeout", "i/o timeout", "needs skopeo",
+                   "network is unreachable", "x509", "certificate")  # this machine's view, not the nodes'
+
+
+def check_plugin_image(report: Preflight, image: str, data: object) -> None:
+    """The plugin image as its registry has it: a tag or digest that is there, read with the inventory's registry
+    user; a registry this machine cannot read is not checked (the nodes may reach it where this machine cannot)."""
+    from gpunode.image.push import resolve, split_reference
+    from gpunode.operations.device_plugin import registry_of
+
+    subject = "plugin image"
+    try:
+        split_reference(image)
+    except GpunodeError:
+        report.add(subject, image, PROBLEM, f"plugin_image {image} names no registry: the nodes would pull it from "
+                   "Docker Hub, where gpunode's image is not published",
+                   "build and push it to your registry (gpunode image build; gpunode image push REGISTRY/REPO:TAG) "
+                   "and set plugin_image to the reference the push prints")
+        return
+    try:
+        digest = resolve(image, registry_of(data))
+    except GpunodeError as error:
+        said = error.problem.lower()
+        if any(word in said for word in UNREADABLE_HERE):
+            report.add(subject, image, NOT_CHECKED, f"its registry cannot be read from this machine: {error.problem}")
+        else:
+            report.add(subject, image, PROBLEM, error.problem, error.fix or "")
+        return
+    report.add(subject, image, OK, f"the registry has it: {digest}")
+
+
 def _review(settings: ClusterSettings) -> Callable[[Rule, str, str | None], bool]:
     from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
     from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
@@ -254,6 +285,12 @@ def preflight(inventory: str, limit: list[str] | None = None, data: dict[str, st
             clusters.setdefault((str(settings.kubeconfig_path), settings.kube_context), (settings, namespace))
     for settings, namespace in clusters.values():
         check_cluster(report, settings, namespace)
+    images = {}
+    for target in targets:
+        if ClusterSettings.from_data(target.data).cluster_steps:
+            images.setdefault(ManifestSettings.from_data(target.data).image, target.data)
+    for image, data in images.items():
+        check_plugin_image(report, image, data)
     return report
 
 

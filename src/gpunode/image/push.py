@@ -142,3 +142,19 @@ def pinned(reference: str, digest: str) -> str:
     if ":" in last[-1]:
         name = name[: name.rfind(":")]
     return f"{name}@{digest}"
+
+
+def pin(image: str, registry: Registry) -> tuple[str, str]:
+    """``image`` pinned to the digest its tag has in its registry now, and a line saying what was done.
+
+    A reference with a digest stays as it is; one that cannot be resolved here (no registry host, no skopeo, the
+    registry refusing) stays as given, and the line says why: the nodes then pull the tag.
+    """
+    if "@sha256:" in image:
+        return image, f"{image} is pinned by digest already"
+    try:
+        split_reference(image)
+        digest = resolve(image, registry)
+    except GpunodeError as error:
+        return image, f"{image} not pinned to a digest: {error.problem}"
+    return pinned(image, digest), f"{image} pinned to its digest in the registry: {digest}"

@@ -16,7 +16,9 @@ import hashlib
 import json
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from lightkube import codecs
 from lightkube.resources.apps_v1 import DaemonSet
@@ -24,6 +26,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 from pyinfra import host, state
 from pyinfra.api import Host, operation
+from pyinfra.context import ctx_state
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none, transient
 from gpunode.cluster.labels import driver_version_of
@@ -43,6 +46,8 @@ from gpunode.facts.device_plugin import (
     read_rollout,
 )
 from gpunode.facts.labels import NodeLabelsState, parse_node, read_gpu_nodes, read_nodes
+from gpunode.image.push import Registry, pin
+from gpunode.inventory_data import read
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import labelled_driver, node_of_run, relabelled
@@ -264,6 +269,23 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
         return
     run_of(state).rolling = True
     yield control_command(apply_documents, settings, stale, extras)
+
+
+def registry_of(data: object) -> Registry:
+    """How gpunode itself reaches the plugin image's registry: the inventory's CA folder and pull user."""
+    cert_dir = read(data, "plugin_registry_cert_dir")
+    return Registry(Path(cert_dir).expanduser() if cert_dir else None,
+                    read(data, "plugin_registry_username") or None, read(data, "plugin_registry_password") or None)
+
+
+def pinned_manifests(manifests: ManifestSettings, data: object, say: Callable[[str], None]) -> ManifestSettings:
+    """The settings with plugin_image pinned to the digest its tag has in the registry (once per run and image;
+    said once); as given where it cannot be resolved from here (then the nodes pull the tag)."""
+    cache = run_of(state).pinned if ctx_state.isset() else {}  # a deploy's run, or one command (render)
+    if manifests.image not in cache:
+        cache[manifests.image] = pin(manifests.image, registry_of(data))
+        say(cache[manifests.image][1])
+    return replace(manifests, image=cache[manifests.image][0])
 
 
 def waiting_reason(pod: Pod | None) -> str:

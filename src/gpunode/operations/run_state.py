@@ -39,6 +39,7 @@ class Run:
     rolling: bool = False  # this run applied the device plugin's objects: wait for the rollout
     foreign: dict[tuple[str, str], list[Any]] = field(default_factory=dict)  # NVIDIA's DaemonSets, per cluster
     nodes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # the Nodes, per cluster
+    pinned: dict[str, tuple[str, str]] = field(default_factory=dict)  # plugin_image -> (pinned, what was done)
 
 
 def _record(holder: object, kind: type) -> Any:

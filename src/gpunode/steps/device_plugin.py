@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.client import ClusterSettings
@@ -21,7 +21,8 @@ def device_plugin_rollout() -> None:
     if not settings.cluster_steps:
         host.noop("cluster steps are off for this host (cluster_steps = False)")
         return
-    manifests = ManifestSettings.from_data(host.data)
+    manifests = device_plugin.pinned_manifests(ManifestSettings.from_data(host.data), host.data,
+                                               lambda line: logger.info(f"--> {line}"))
     device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=manifest_documents(manifests),
                                     settings=settings, _run_once=True)
     device_plugin.rolled_out(name="Wait for the device-plugin rollout", namespace=manifests.namespace,

@@ -30,6 +30,7 @@ plugin_image = "gpunode-device-plugin:0.1.0"   # push it to your registry (gpuno
 plugin_registry_username = ""                  # the nodes pull plugin_image as this user (Secret gpunode-registry)
 plugin_registry_password = ""                  # from your secret store (--data), never a committed file
 plugin_pull_secret = ""                        # or: a pull Secret of your own in plugin_namespace
+plugin_registry_cert_dir = ""                  # here: the registry's CA (ca.crt) to pin plugin_image's tag
 plugin_namespace = "gpunode-system"
 plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
