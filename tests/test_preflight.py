@@ -146,3 +146,14 @@ def test_the_plugin_image_is_checked_in_its_registry(monkeypatch: pytest.MonkeyP
     [line] = report.checks
     assert (line.subject, line.name, line.state) == ("plugin image", image, state) and words in line.detail
     assert line.fix or state != PROBLEM
+
+
+def test_a_link_not_checked_is_said_and_does_not_stop_a_deploy_by_itself() -> None:
+    report = Preflight()
+    report.add("node01", "ssh", OK, "answered")
+    report.add("plugin image", "registry.internal/gpu/plugin:1", NOT_CHECKED,
+               "its registry cannot be read from this machine: no such host")
+    assert report.ready
+    assert render(report).splitlines()[-1] == "ready for a deploy; 1 not checked from here (above, with why)"
+    report.add("node02", "ssh", PROBLEM, "cannot reach node02", "check SSH")
+    assert not report.ready and render(report).splitlines()[-1].startswith("not ready: 1 problem(s); 1 not checked")

@@ -281,7 +281,8 @@ def check(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], as_json
     The inventory's data first (typos, bad values), before any connection; then per host SSH, sudo, the OS
     family, the container runtime and the toolkit repository as the host reaches it; then the cluster: the
     kubeconfig, the API server and every permission gpunode needs; then plugin_image in its registry (skopeo;
-    not checked where this machine cannot reach the registry). Exit 0 ready, 1 not ready.
+    not checked where this machine cannot reach the registry). Exit 0 ready (no problem; a line not checked says
+    why), 1 not ready.
 
     \b
     Examples:

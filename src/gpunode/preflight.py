@@ -50,7 +50,9 @@ class Preflight:
 
     @property
     def ready(self) -> bool:
-        return bool(self.checks) and all(check.state == OK for check in self.checks)
+        """Nothing found wrong. A link not checked (always said, with why) does not stop a deploy by itself:
+        where it could not be checked because of a problem, that problem is on its own line."""
+        return bool(self.checks) and not any(check.state == PROBLEM for check in self.checks)
 
     def add(self, subject: str, name: str, state: str, detail: str, fix: str = "") -> None:
         self.checks.append(Check(subject, name, state, detail, fix))
@@ -302,6 +304,7 @@ def render(report: Preflight) -> str:
         if check.fix:
             lines.append(f"{'':<12}   fix: {check.fix}")
     problems = sum(check.state == PROBLEM for check in report.checks)
-    lines.append("ready for a deploy" if report.ready else
-                 f"not ready: {problems} problem(s)" + (", some links not checked" if not problems else ""))
+    unchecked = sum(check.state == NOT_CHECKED for check in report.checks)
+    lines.append(("ready for a deploy" if report.ready else f"not ready: {problems} problem(s)")
+                 + (f"; {unchecked} not checked from here (above, with why)" if unchecked else ""))
     return "\n".join(lines) + "\n"
