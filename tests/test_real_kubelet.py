@@ -104,6 +104,11 @@ def test_containerd_nodes_run_the_real_kubelet_and_the_plugin_image_built_here(f
     assert process["root"].startswith("ro"), process  # readOnlyRootFilesystem, as the DaemonSet says
     tree = ssh(fleet, f"ls /proc/{process['pid']}/root/usr/local/lib/python3.11/dist-packages")
     assert "grpc" in tree and "pynvml.py" in tree and "gpunode_plugin" in tree
+    # its production backend: nvidia-ml-py over the libnvidia-ml.so.1 the runtime mounted (the simulated driver's)
+    maps = ssh(fleet, f"grep -c libnvidia-ml.so.1 /proc/{process['pid']}/maps; "
+                      f"tr '\\0' '\\n' < /proc/{process['pid']}/environ | grep -c GPUNODE_PLUGIN_BACKEND || true")
+    mapped, backend_env = maps.split()
+    assert int(mapped) > 0 and backend_env == "0", maps
     assert allocatable(client) == "4"
 
 
@@ -244,8 +249,10 @@ def test_kubelet_restarts_and_kills_lose_no_gpu_and_leak_nothing(fleet: dict) ->
 def test_an_xid_makes_the_kubelet_offer_one_gpu_less_until_the_plugin_restarts(fleet: dict) -> None:
     client = api(fleet)
     gpu = json.loads(ssh(fleet, "cat /etc/gpunode-sim/gpu.json"))["gpus"][2]["uuid"]
-    ssh(fleet, f"echo '{gpu} 79' >> /run/gpunode-sim/events/health-events")
+    started = time.monotonic()
+    ssh(fleet, f"echo '{gpu} 79' >> /run/gpunode-sim/events/health-events")  # through NVML's event set
     wait_for(lambda: allocatable(client) == "3", 30, "allocatable 3 after Xid 79")
+    print(f"Xid 79 to allocatable 3 through NVML events and the kubelet: {time.monotonic() - started:.2f} s")
     assert client.get(Node, NODE).status.capacity["nvidia.com/gpu"] == "4"
     assert f'gpunode_plugin_last_xid{{gpu="{gpu}"}} 79' in metrics(fleet, client)
     client.delete(Pod, plugin_pod(client).metadata.name, namespace=NAMESPACE)  # a new plugin: a fresh view

@@ -58,7 +58,7 @@ def build() -> None:
     Example:
       gpunode sim build
     """
-    from gpunode_sim.build import kubernetes, toolkit_build
+    from gpunode_sim.build import kubernetes, nvml_build, toolkit_build
     from gpunode_sim.images import plugin_image
     from gpunode_sim.registry import server as registry
 
@@ -68,6 +68,7 @@ def build() -> None:
     for binary in toolkit_build.ensure_built(cache, say).values():
         click.echo(str(binary))
     click.echo(str(registry.ensure_binary(cache, say)))
+    click.echo(str(nvml_build.ensure_built(cache, say)))
     image = plugin_image.ensure_built(cache, say)
     described = plugin_image.describe(image)
     click.echo(f"{image / plugin_image.ARCHIVE}  {described['name']}  {described['digest']}  "

@@ -24,7 +24,7 @@ from pathlib import Path
 from gpunode.errors import GpunodeError
 from gpunode_sim.access.bastion import FORWARD_PREFIX, Bastion
 from gpunode_sim.access.ssh import SIM_USER, client_key, write_client_files
-from gpunode_sim.build import kubernetes, toolkit_build
+from gpunode_sim.build import kubernetes, nvml_build, toolkit_build
 from gpunode_sim.cluster import controlplane
 from gpunode_sim.host import prereqs
 from gpunode_sim.host.paths import SimPaths
@@ -270,6 +270,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     write_tools_layer(paths.layer("tools"), kubernetes.require_node(paths.cache) / "pause")
     if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)
+        nvml_build.ensure_built(paths.cache, say)  # the plugin's image runs its NVML backend over it
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)
     _start_control_plane(paths, state, say)

@@ -37,6 +37,7 @@ import yaml
 
 from gpunode.image.oci import archive_digest
 from gpunode_sim.access.ssh import SIM_USER, ensure_key
+from gpunode_sim.build.nvml_build import LIBRARY as NVML_LIBRARY
 from gpunode_sim.cluster.controlplane import APISERVER_PORT, node_credentials
 from gpunode_sim.cluster.egress import node_address
 from gpunode_sim.host.paths import SimPaths
@@ -200,13 +201,16 @@ class SimNode:
         if config is not None and self.spec.runtime == "containerd":
             files["etc/containerd/config.toml"] = config
         boot_id = str(uuid.uuid4())
-        binds = code_roots() + [str(p) for p in (kubelet_dir,) if p is not None]
+        nvml = self._nvml()
+        binds = code_roots() + [str(p) for p in (kubelet_dir, nvml.parent if nvml else None) if p is not None]
         if kubelet_dir is not None:
             files |= self._kubelet_files(boot_id)
         write_upper(self.upper, files)
         (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
         (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
         self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
+        # NVML where the driver installs it: the simulated driver's library (its folder is bound read-only)
+        self._link(f"usr/lib/x86_64-linux-gnu/{NVML_LIBRARY}", str(nvml), state["installed"] and nvml is not None)
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
         self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
                    state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])
@@ -236,6 +240,12 @@ class SimNode:
         from gpunode_sim.build import kubernetes
 
         return kubernetes.require_node(self.paths.cache) if kubelet else None
+
+    def _nvml(self) -> Path | None:
+        """The built simulated libnvidia-ml.so.1 (None where it is not built: the plugin then reads the state)."""
+        from gpunode_sim.build import nvml_build
+
+        return nvml_build.built(self.paths.cache)
 
     def _kubelet_files(self, boot_id: str) -> dict[str, str]:
         """The kubelet's config, and the images a node image would hold (the pause image and the test workload's;

@@ -7,11 +7,11 @@ An OCI runtime that hands every call to runc, as the real one does. On
 simulated driver: the selected GPUs' device nodes, /dev/nvidiactl and
 /dev/nvidia-uvm, and an ``nvidia-smi`` that lists exactly those GPUs (the node's
 simulated GPU state), bound into the container. Where the real hook mounts the
-driver's libraries (libnvidia-ml.so for NVML), this one mounts the simulated
-driver's state (the GPU state file and the health-event folder) and sets
-GPUNODE_PLUGIN_BACKEND=sim, so an NVML user such as the device plugin's image
-finds the node's GPUs. Under plain runc none of it happens, so the container sees
-no GPU and no NVML.
+driver's libraries, this one mounts the simulated driver's ``libnvidia-ml.so.1``
+(NVML's C ABI over the node's GPU state, built by ``gpunode sim build``) with the
+state it reads (the GPU state file and the health-event folder), so an NVML user
+such as the device plugin's image runs its production backend unchanged. Under
+plain runc none of it happens, so the container sees no GPU and no NVML.
 
 Before injecting it reads the toolkit's config.toml as the real hook does, and fails
 the way the real stack fails where the host cannot do what that file asks: an
@@ -32,6 +32,7 @@ import tomllib
 STATE = "/etc/gpunode-sim/gpu.json"
 SELECTED_DIR = "/run/gpunode-sim/containers"
 EVENTS_DIR = "/run/gpunode-sim/events"
+LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # where the driver installs NVML, and the hook mounts it
 # accept-nvidia-visible-devices-as-volume-mounts = true, as the device plugin's volume-mounts strategy needs
 VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
@@ -150,8 +151,13 @@ def inject(bundle: str, container: str) -> None:
     mounts.append({"destination": STATE, "type": "bind", "source": STATE, "options": ["rbind", "ro"]})
     mounts.append({"destination": EVENTS_DIR, "type": "bind", "source": EVENTS_DIR, "options": ["rbind", "ro"]})
     process = spec.setdefault("process", {})
-    process["env"] = [*process.get("env", []), "GPUNODE_PLUGIN_BACKEND=sim",
-                      f"GPUNODE_SIM_HEALTH_EVENTS={EVENTS_DIR}/health-events"]
+    env = [f"GPUNODE_SIM_HEALTH_EVENTS={EVENTS_DIR}/health-events"]  # where the simulated NVML reads its events
+    if os.path.exists(LIBRARY):  # the simulated driver's NVML, mounted where the real hook mounts the driver's
+        mounts.append({"destination": LIBRARY, "type": "bind", "source": os.path.realpath(LIBRARY),
+                       "options": ["rbind", "ro"]})
+    else:  # a node started before the library existed: the plugin's simulated backend reads the same state
+        env.append("GPUNODE_PLUGIN_BACKEND=sim")
+    process["env"] = [*process.get("env", []), *env]
     with open(path, "w") as handle:
         json.dump(spec, handle)
 

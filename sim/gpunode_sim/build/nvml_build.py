@@ -1,0 +1,92 @@
+"""The simulated GPU nodes' ``libnvidia-ml.so.1``: NVML's C ABI over the node's simulated GPU state.
+
+Built once per machine with cgo (``-buildmode=c-shared``) from ``nvml_mock/`` (Go answering the calls, and a C
+shim with NVML's exact prototypes) against NVIDIA's ``nvml.h`` as NVIDIA's ``github.com/NVIDIA/go-nvml`` module
+ships it: struct layouts, return codes and event types are NVIDIA's, never ours. The device plugin's production
+backend (nvidia-ml-py over this library) then runs unchanged on the simulated nodes; what the library answers is
+the same state file the ``nvidia-smi`` stand-in reads, so the two never disagree.
+
+Why Go over the node's state rather than go-nvml's mock servers: the mock servers model DGX boxes of their own,
+while the simulated fleet's GPUs come from its node profiles (models, MIG layouts, faults) that nvidia-smi,
+doctor's facts and the plugin must all see alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gpunode.errors import GpunodeError
+from gpunode_sim.build.gobuild import finished, module_path, run_go
+
+NVML_MODULE = "github.com/NVIDIA/go-nvml"
+NVML_VERSION = "v0.13.4-1"  # the header's source: NVIDIA's go-nvml, from the Go module proxy
+LIBRARY = "libnvidia-ml.so.1"
+SOURCES = Path(__file__).resolve().parent / "nvml_mock"
+Say = Callable[[str], None]
+
+
+def _digest() -> str:
+    hashed = hashlib.sha256(NVML_VERSION.encode())
+    for path in sorted(SOURCES.iterdir()):
+        if path.suffix in (".go", ".c"):
+            hashed.update(path.name.encode() + b"\0" + path.read_bytes())
+    return hashed.hexdigest()[:12]
+
+
+def folder(cache: Path) -> Path:
+    return cache / f"nvml-mock-{_digest()}"
+
+
+def built(cache: Path) -> Path | None:
+    """The cached library when a finished build of these sources is there, else None."""
+    path = folder(cache) / LIBRARY
+    return path if finished(folder(cache), ()) and path.is_file() else None
+
+
+def require(cache: Path) -> Path:
+    found = built(cache)
+    if found is None:
+        raise GpunodeError(f"the simulated nodes' {LIBRARY} is not built in {cache}",
+                           "run 'gpunode sim build' (or scripts/setup-host) once on this machine")
+    return found
+
+
+def ensure_built(cache: Path, say: Say) -> Path:
+    """Build the library unless this source's build is cached; return its path."""
+    found = built(cache)
+    if found is not None:
+        return found
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        raise GpunodeError(f"building the simulated {LIBRARY} needs a C compiler (cgo)", "apt-get install gcc")
+    started = time.monotonic()
+    work = cache / "nvml-mock-build"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    log = work / "build.log"
+    log.write_text("")
+    header = Path(module_path(NVML_MODULE, NVML_VERSION)) / "pkg" / "nvml" / "nvml.h"
+    if not header.is_file():
+        raise GpunodeError(f"{NVML_MODULE} {NVML_VERSION} has no pkg/nvml/nvml.h", f"see {header.parent}")
+    shutil.copyfile(header, work / "nvml.h")
+    for path in SOURCES.iterdir():
+        if path.suffix in (".go", ".c"):
+            shutil.copyfile(path, work / path.name)
+    (work / "go.mod").write_text("module gpunode.local/nvmlmock\n\ngo 1.22\n")
+    say(f"building the simulated {LIBRARY} against {NVML_MODULE} {NVML_VERSION}'s nvml.h (log: {log})")
+    target = folder(cache)
+    staging = target.with_name(target.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    run_go(["build", "-trimpath", "-buildmode=c-shared", "-ldflags", "-s -w", "-o", str(staging / LIBRARY), "."],
+           work, log, cgo=True)
+    (staging / "libnvidia-ml.so.h").unlink(missing_ok=True)  # cgo's export header: not part of NVML
+    (staging / "build.json").write_text(f'{{"nvml_h": "{NVML_MODULE} {NVML_VERSION}", '
+                                        f'"seconds": {round(time.monotonic() - started)}}}\n')
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    say(f"{LIBRARY} built in {time.monotonic() - started:.0f} s: {target}")
+    return target / LIBRARY
