@@ -77,7 +77,8 @@ def image_pull_fix(said: str, image: str, namespace: str, pod: str) -> str:
     lowered = said.lower()
     host = image.split("/", 1)[0] if "/" in image else "the registry"
     if any(word in lowered for word in ("401 unauthorized", "unauthorized", "authentication required",
-                                        "no basic auth credentials", "403 forbidden", "denied")):
+                                        "no basic auth credentials", "403 forbidden", "pull access denied",
+                                        "requested access to the resource is denied")):
         return (f"the registry {host} refused the nodes' credentials: set plugin_registry_username and "
                 "plugin_registry_password to a user that can pull it (the deploy writes them into the Secret "
                 "gpunode-registry that the DaemonSet names), or fix the Secret plugin_pull_secret names; then re-run "
