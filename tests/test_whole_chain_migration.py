@@ -3,7 +3,8 @@
 Runs after tests/test_whole_chain.py (file order) on the bootstrapped fleet and leaves it as it found it.
 The "NVIDIA" plugin is gpunode's own image under NVIDIA's names: DaemonSet
 kube-system/nvidia-device-plugin-daemonset, pods labelled name=nvidia-device-plugin-ds, socket nvidia-gpu.sock
-(NVIDIA's image needs NVML and a registry this machine does not have). The kubelet, the scheduler and the
+(NVIDIA's image needs a registry this machine does not have), pulled from the fleet's registry with a pull Secret
+of its own in kube-system, as NVIDIA's plugin would have one there. The kubelet, the scheduler and the
 DaemonSet controller that move the node are the real ones.
 """
 
@@ -19,7 +20,7 @@ import yaml
 from gpunode_sim.cluster.controlplane import OPERATOR_USER
 from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Node, Pod, Secret
 from lightkube.resources.rbac_authorization_v1 import Role, RoleBinding
 
 from .conftest import gpunode
@@ -81,6 +82,10 @@ def served_by_nvidia(fleet: dict, tmp_path_factory: pytest.TempPathFactory) -> I
     wait_for(lambda: "node01" not in pods_of(fleet, "gpunode-system",
                                              {"app.kubernetes.io/name": "gpunode-device-plugin"}),
              120, "gpunode's plugin pod to leave node01")
+    secret = client.get(Secret, "gpunode-registry", namespace="gpunode-system")  # the registry's pull user
+    client.create(Secret.from_dict({"apiVersion": "v1", "kind": "Secret", "type": secret.type,
+                                    "metadata": {"name": "gpunode-registry", "namespace": NVIDIA[0]},
+                                    "data": secret.data}))
     client.create(nvidia_shaped(fleet))
     try:
         wait_for(lambda: ready(pods_of(fleet, NVIDIA[0], {"name": "nvidia-device-plugin-ds"}).get("node01"))
@@ -88,6 +93,7 @@ def served_by_nvidia(fleet: dict, tmp_path_factory: pytest.TempPathFactory) -> I
         yield
     finally:
         for kind, name, namespace in ((Pod, "trainer", "default"), (DaemonSet, NVIDIA[1], NVIDIA[0]),
+                                      (Secret, "gpunode-registry", NVIDIA[0]),
                                       (RoleBinding, f"gpunode-migrate-{NVIDIA[1]}", NVIDIA[0]),
                                       (Role, f"gpunode-migrate-{NVIDIA[1]}", NVIDIA[0])):
             try:
