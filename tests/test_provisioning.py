@@ -36,7 +36,8 @@ def deploy(fleet: dict, tmp_path: Path, *args: str) -> tuple[subprocess.Complete
 def verify(fleet: dict, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     out = tmp_path / "verify.json"
     result = gpunode("verify", INVENTORY, "--json", str(out), *args, env=fleet["env"], check=False)
-    assert out.is_file(), f"verify wrote no report (exit {result.returncode}): {result.stdout[-2000:]}{result.stderr[-3000:]}"
+    assert out.is_file(), f"verify wrote no report (exit {result.returncode}): {result.stdout[-2000:]}" \
+                          f"{result.stderr[-3000:]}"
     return result, json.loads(out.read_text())
 
 
