@@ -104,7 +104,9 @@ def keeping_existing(base: str, settings: dict) -> str:
             if isinstance(value, dict) and isinstance(target.get(key), dict):
                 lay(target[key], value)
             else:
-                target[key] = value
+                # an item of its own: tomlkit 0.15.3 keeps the replaced string's quoting on a plain assignment,
+                # 0.15.2 does not; a new item is written the same by both
+                target[key] = tomlkit.item(value)
 
     lay(document, settings)
     return tomlkit.dumps(document)
