@@ -66,8 +66,9 @@ def address(paths: SimPaths) -> str:
 
 def node_side_address(paths: SimPaths) -> str:
     """Where ``NAME`` points inside a node: an address of the nodes' own scheme, not a loopback one. containerd
-    and docker speak plain HTTP to a registry at a loopback address (containerd's localhost rule, docker's default
-    insecure 127.0.0.0/8); a production registry is never there, and TLS must be checked as it is in production."""
+    speaks plain HTTP to a registry at a loopback address (its localhost rule) and docker checks no certificate
+    there (127.0.0.0/8 is insecure by default); a production registry is never there, and TLS must be checked as
+    it is in production."""
     return node_address(address(paths))
 
 
