@@ -215,14 +215,10 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
                    "(SelfSubjectAccessReview)")
 
 
-UNREADABLE_HERE = ("no such host", "connection refused", "timeout", "i/o timeout", "needs skopeo",
-                   "network is unreachable", "x509", "certificate")  # this machine's view, not the nodes'
-
-
 def check_plugin_image(report: Preflight, image: str, data: object) -> None:
     """The plugin image as its registry has it: a tag or digest that is there, read with the inventory's registry
     user; a registry this machine cannot read is not checked (the nodes may reach it where this machine cannot)."""
-    from gpunode.image.push import resolve, split_reference
+    from gpunode.image.push import refusal, resolve, split_reference
     from gpunode.operations.device_plugin import registry_of
 
     subject = "plugin image"
@@ -237,8 +233,8 @@ def check_plugin_image(report: Preflight, image: str, data: object) -> None:
     try:
         digest = resolve(image, registry_of(data))
     except GpunodeError as error:
-        said = error.problem.lower()
-        if any(word in said for word in UNREADABLE_HERE):
+        # this machine's view, not the nodes': a registry it cannot reach or does not trust, or no skopeo here
+        if refusal(error.problem) in ("reach", "trust") or "needs skopeo" in error.problem:
             report.add(subject, image, NOT_CHECKED, f"its registry cannot be read from this machine: {error.problem}")
         else:
             report.add(subject, image, PROBLEM, error.problem, error.fix or "")

@@ -93,8 +93,9 @@ def finished(folder: Path, names: tuple[str, ...]) -> bool:
 
 def build_into(folder: Path, targets: list[tuple[str, str, str]], work: Path, log: Path, stamp: dict,
                started: float, say: Callable[[str], None] | None = None, cgo: bool = False,
-               extra: Callable[[Path], None] | None = None) -> float:
-    """Build each (binary, package, ldflags) of ``targets`` in the build module ``work`` into ``folder``.
+               extra: Callable[[Path], None] | None = None, build_flags: tuple[str, ...] = ()) -> float:
+    """Build each (binary, package, ldflags) of ``targets`` in the build module ``work`` into ``folder``
+    (``build_flags`` go to every ``go build``: ``-buildmode=c-shared`` for a library).
 
     The folder appears whole or not at all: built aside, stamped (``stamp`` and the seconds since
     ``started``), then put in place. Returns those seconds.
@@ -106,7 +107,8 @@ def build_into(folder: Path, targets: list[tuple[str, str, str]], work: Path, lo
         step = time.monotonic()
         if say:
             say(f"go build {name}")
-        run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(staging / name), package], work, log, cgo)
+        run_go(["build", "-trimpath", *build_flags, "-ldflags", ldflags, "-o", str(staging / name), package], work,
+               log, cgo)
         if say:
             say(f"  {name}: {time.monotonic() - step:.0f} s")
     if extra is not None:  # what is not a go build (a C program of the same module) lands in the same folder

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode_sim.build.gobuild import finished, module_path, run_go
+from gpunode_sim.build.gobuild import build_into, finished, module_path
 
 NVML_MODULE = "github.com/NVIDIA/go-nvml"
 NVML_VERSION = "v0.13.4-1"  # the header's source: NVIDIA's go-nvml, from the Go module proxy
@@ -78,15 +78,9 @@ def ensure_built(cache: Path, say: Say) -> Path:
     (work / "go.mod").write_text("module gpunode.local/nvmlmock\n\ngo 1.22\n")
     say(f"building the simulated {LIBRARY} against {NVML_MODULE} {NVML_VERSION}'s nvml.h (log: {log})")
     target = folder(cache)
-    staging = target.with_name(target.name + ".tmp")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    run_go(["build", "-trimpath", "-buildmode=c-shared", "-ldflags", "-s -w", "-o", str(staging / LIBRARY), "."],
-           work, log, cgo=True)
-    (staging / "libnvidia-ml.so.h").unlink(missing_ok=True)  # cgo's export header: not part of NVML
-    (staging / "build.json").write_text(f'{{"nvml_h": "{NVML_MODULE} {NVML_VERSION}", '
-                                        f'"seconds": {round(time.monotonic() - started)}}}\n')
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
-    say(f"{LIBRARY} built in {time.monotonic() - started:.0f} s: {target}")
+    seconds = build_into(target, [(LIBRARY, ".", "-s -w")], work, log, {"nvml_h": f"{NVML_MODULE} {NVML_VERSION}"},
+                         started, cgo=True, build_flags=("-buildmode=c-shared",),
+                         # cgo's export header is not part of NVML
+                         extra=lambda staging: (staging / "libnvidia-ml.so.h").unlink(missing_ok=True))
+    say(f"{LIBRARY} built in {seconds:.0f} s: {target}")
     return target / LIBRARY

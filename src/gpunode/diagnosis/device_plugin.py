@@ -7,6 +7,7 @@ from gpunode.cluster.plugin_config import Offer
 from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
 from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
+from gpunode.image.push import refusal
 
 STEP = "device_plugin"
 RESOURCE = "nvidia.com/gpu"
@@ -74,30 +75,24 @@ PULL_FAILED = ("ErrImagePull", "ImagePullBackOff")
 
 def image_pull_fix(said: str, image: str, namespace: str, pod: str) -> str:
     """What to do about an image the node cannot pull, from the runtime's words (containerd's or docker's)."""
-    lowered = said.lower()
     host = image.split("/", 1)[0] if "/" in image else "the registry"
-    if any(word in lowered for word in ("401 unauthorized", "unauthorized", "authentication required",
-                                        "no basic auth credentials", "403 forbidden", "pull access denied",
-                                        "requested access to the resource is denied")):
-        return (f"the registry {host} refused the nodes' credentials: set plugin_registry_username and "
-                "plugin_registry_password to a user that can pull it (the deploy writes them into the Secret "
-                "gpunode-registry that the DaemonSet names), or fix the Secret plugin_pull_secret names; then re-run "
-                "deploys/device_plugin.py and delete the waiting pod (the kubelet backs off up to 5 minutes)")
-    if "not found" in lowered or "manifest unknown" in lowered:
-        return (f"{image} is not in the registry: push it (gpunode image push REGISTRY/REPOSITORY:TAG --archive "
-                "IMAGE.tar prints the reference to use, pinned by digest), or set plugin_image to one that is there; "
-                "then re-run deploys/device_plugin.py")
-    if "x509" in lowered or "certificate" in lowered:
-        return (f"the node does not trust {host}'s certificate: put the registry's CA on the node, for containerd "
-                f"in /etc/containerd/certs.d/{host}/ (hosts.toml 'ca', with config_path set in the CRI plugin's "
-                f"registry section), for docker as /etc/docker/certs.d/{host}/ca.crt")
-    if "server gave http response to https client" in lowered or "400 bad request" in lowered:
-        return (f"the node and {host} disagree about TLS (plain HTTP to a TLS port, or the other way round): check "
-                "the node's hosts.toml / certs.d for that registry")
-    if any(word in lowered for word in ("no such host", "connection refused", "i/o timeout", "dial tcp",
-                                        "network is unreachable")):
-        return f"the node cannot reach {host}: check its DNS and route to the registry (from the node: curl https://{host}/v2/)"
-    return f"kubectl -n {namespace} describe pod {pod} (the runtime's own error is quoted above)"
+    return {
+        "credentials": f"the registry {host} refused the nodes' credentials: set plugin_registry_username and "
+                       "plugin_registry_password to a user that can pull it (the deploy writes them into the Secret "
+                       "gpunode-registry that the DaemonSet names), or fix the Secret plugin_pull_secret names; "
+                       "then re-run deploys/device_plugin.py and delete the waiting pod (the kubelet backs off up "
+                       "to 5 minutes)",
+        "missing": f"{image} is not in the registry: push it (gpunode image push REGISTRY/REPOSITORY:TAG --archive "
+                   "IMAGE.tar prints the reference to use, pinned by digest), or set plugin_image to one that is "
+                   "there; then re-run deploys/device_plugin.py",
+        "trust": f"the node does not trust {host}'s certificate: put the registry's CA on the node, for containerd "
+                 f"in /etc/containerd/certs.d/{host}/ (hosts.toml 'ca', with config_path set in the CRI plugin's "
+                 f"registry section), for docker as /etc/docker/certs.d/{host}/ca.crt",
+        "tls": f"the node and {host} disagree about TLS (plain HTTP to a TLS port, or the other way round): check "
+               "the node's hosts.toml / certs.d for that registry",
+        "reach": f"the node cannot reach {host}: check its DNS and route to the registry (from the node: curl "
+                 f"https://{host}/v2/)",
+    }.get(refusal(said) or "", f"kubectl -n {namespace} describe pod {pod} (the runtime's own error is quoted above)")
 
 
 def image_pull_failed(what: str, evidence: list[str], pod: PluginPodState, namespace: str) -> Finding:

@@ -151,6 +151,13 @@ def pod_ready(pod: Pod | None) -> bool:
     return bool(statuses and statuses[0].ready)
 
 
+def waiting_reason(pod: Pod | None) -> str:
+    """The waiting reason of the pod's (first) container, from the pod alone ('' when it is not waiting)."""
+    statuses = (pod.status.containerStatuses or []) if pod is not None and pod.status else []
+    state = statuses[0].state if statuses else None
+    return (state.waiting.reason or "") if state is not None and state.waiting is not None else ""
+
+
 def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: Pod | None,
                      read_log: bool = False) -> PluginPodState:
     """The pod's state; for a pod that is not ready (or with ``read_log``: its node offers fewer GPUs than it
@@ -159,10 +166,10 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
         return PluginPodState(node)
     statuses = (pod.status.containerStatuses or []) if pod.status else []
     container = statuses[0] if statuses else None
-    waiting = container.state.waiting.reason if container and container.state and container.state.waiting else ""
+    waiting = waiting_reason(pod)
     waiting_message = (container.state.waiting.message or "") if waiting and container and container.state else ""
-    image = container.image if container and container.image else (
-        pod.spec.containers[0].image if pod.spec and pod.spec.containers else "")
+    # what the pod asks for (once pulled by digest, its status names the image's config digest instead)
+    image = pod.spec.containers[0].image if pod.spec and pod.spec.containers else ""
     terminated = container.lastState.terminated if container and container.lastState else None
     log_tail: tuple[str, ...] = ()
     lines: list[str] = []
@@ -177,7 +184,7 @@ def plugin_pod_state(settings: ClusterSettings, namespace: str, node: str, pod: 
     if not (container and container.ready):
         warnings = pod_warnings(settings, namespace, pod.metadata.name)
     return PluginPodState(node, pod.metadata.name, pod.status.phase if pod.status else "",
-                          bool(container and container.ready), waiting or "",
+                          bool(container and container.ready), waiting,
                           container.restartCount if container else 0, terminated.exitCode if terminated else None,
                           last_words(log_tail), warnings, unhealthy_devices(lines), waiting_message, image or "")
 

@@ -75,20 +75,37 @@ def _skopeo(args: list[str], what: str) -> str:
     return result.stdout
 
 
-def registry_fix(said: str) -> str:
-    """What to do about a registry's refusal, from its words (skopeo's, containerd's and docker's say the same)."""
+# what a registry's refusal is, from the words of skopeo, containerd and docker (they say the same): first match
+REFUSALS = (
+    ("credentials", ("401 unauthorized", "unauthorized", "authentication required", "no basic auth credentials",
+                     "403 forbidden", "pull access denied", "requested access to the resource is denied")),
+    ("missing", ("manifest unknown", "not found")),
+    ("trust", ("x509", "certificate")),
+    ("tls", ("server gave http response to https client", "400 bad request")),
+    ("reach", ("no such host", "connection refused", "timeout", "dial tcp", "network is unreachable")),
+)
+
+
+def refusal(said: str) -> str | None:
+    """The cause a registry's refusal names (a key of REFUSALS), or None when its words name none."""
     lowered = said.lower()
-    if "unauthorized" in lowered or "authentication required" in lowered or "401" in lowered:
-        return ("the registry refused the credentials: check the user name and password (--username and "
-                "GPUNODE_REGISTRY_PASSWORD, or 'skopeo login HOST')")
-    if "manifest unknown" in lowered or "not found" in lowered:
-        return "the registry has no such tag or repository: push the image first (gpunode image push), or fix the name"
-    if "x509" in lowered or "certificate" in lowered:
-        return ("the registry's certificate is not trusted here: pass --cert-dir with its CA as ca.crt, or put the CA "
-                "in /etc/containers/certs.d/HOST:PORT/ca.crt")
-    if "connection refused" in lowered or "no such host" in lowered or "timeout" in lowered:
-        return "the registry does not answer at that address: check the host and port"
-    return "read skopeo's words above; 'skopeo inspect docker://REFERENCE' shows what the registry answers"
+    return next((cause for cause, words in REFUSALS if any(word in lowered for word in words)), None)
+
+
+def registry_fix(said: str) -> str:
+    """What to do about a registry's refusal to this machine (skopeo's words)."""
+    return {
+        "credentials": "the registry refused the credentials: check the user name and password (--username and "
+                       "GPUNODE_REGISTRY_PASSWORD, or 'skopeo login HOST')",
+        "missing": "the registry has no such tag or repository: push the image first (gpunode image push), or fix "
+                   "the name",
+        "trust": "the registry's certificate is not trusted here: pass --cert-dir with its CA as ca.crt, or put the "
+                 "CA in /etc/containers/certs.d/HOST:PORT/ca.crt",
+        "tls": "this machine and the registry disagree about TLS (plain HTTP to a TLS port, or the other way round): "
+               "check the host and port",
+        "reach": "the registry does not answer at that address: check the host and port",
+    }.get(refusal(said) or "", "read skopeo's words above; 'skopeo inspect docker://REFERENCE' shows what the "
+                               "registry answers")
 
 
 def _transport_args(prefix: str, folder: Path, host: str, registry: Registry) -> list[str]:

@@ -33,7 +33,7 @@ from gpunode.cluster.labels import driver_version_of
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, DIGEST_ANNOTATION, Offer, expected_offer, text_digest
 from gpunode.diagnosis import failures
-from gpunode.diagnosis.device_plugin import PRESENT, allocatable_of, diagnose, image_pull_failed
+from gpunode.diagnosis.device_plugin import PRESENT, PULL_FAILED, allocatable_of, diagnose, image_pull_failed
 from gpunode.errors import GpunodeError
 from gpunode.facts.device_plugin import (
     DAEMONSET,
@@ -44,6 +44,7 @@ from gpunode.facts.device_plugin import (
     read_plugin_pod,
     read_plugin_pods,
     read_rollout,
+    waiting_reason,
 )
 from gpunode.facts.labels import NodeLabelsState, parse_node, read_gpu_nodes, read_nodes
 from gpunode.image.push import Registry, pin
@@ -208,7 +209,7 @@ def retry_pulls(target: Host, settings: ClusterSettings, namespace: str) -> None
     """Delete the plugin pods whose image pull failed: with the pull Secret just changed, their successors pull
     at once instead of after the kubelet's back-off (up to 5 minutes)."""
     for node, pod in sorted(read_plugin_pods(settings, namespace).items()):
-        if waiting_reason(pod) in ("ErrImagePull", "ImagePullBackOff") and not being_deleted(pod):
+        if waiting_reason(pod) in PULL_FAILED and not being_deleted(pod):
             name = pod.metadata.name
             api_call(settings, f"delete pod {namespace}/{name}",
                      lambda client, name=name: client.delete(Pod, name, namespace=namespace))
@@ -286,13 +287,6 @@ def pinned_manifests(manifests: ManifestSettings, data: object, say: Callable[[s
         cache[manifests.image] = pin(manifests.image, registry_of(data))
         say(cache[manifests.image][1])
     return replace(manifests, image=cache[manifests.image][0])
-
-
-def waiting_reason(pod: Pod | None) -> str:
-    """The waiting reason of the pod's (first) container, from the pod alone ('' when it is not waiting)."""
-    statuses = (pod.status.containerStatuses or []) if pod is not None and pod.status else []
-    state = statuses[0].state if statuses else None
-    return (state.waiting.reason or "") if state is not None and state.waiting is not None else ""
 
 
 def pull_refused(settings: ClusterSettings, namespace: str, pods: dict[str, Pod]) -> None:

@@ -28,10 +28,10 @@ import (
 )
 
 type migDevice struct {
-	UUID             string `json:"uuid"`
-	Profile          string `json:"profile"`
-	GpuInstance      uint   `json:"gpu_instance"`
-	ComputeInstance  uint   `json:"compute_instance"`
+	UUID            string `json:"uuid"`
+	Profile         string `json:"profile"`
+	GpuInstance     uint   `json:"gpu_instance"`
+	ComputeInstance uint   `json:"compute_instance"`
 }
 
 type gpu struct {
@@ -271,14 +271,23 @@ func goHandleByPciBusId(bus *C.char, handle *C.nvmlDevice_t) C.nvmlReturn_t {
 	if !ready() {
 		return C.NVML_ERROR_UNINITIALIZED
 	}
-	wanted := strings.ToLower(C.GoString(bus))
+	wanted := legacyBusID(C.GoString(bus))
 	for _, g := range loaded.Gpus {
-		if strings.HasSuffix(strings.ToLower(g.PciBusID), strings.TrimLeft(wanted, "0")) || strings.ToLower(g.PciBusID) == wanted {
+		if legacyBusID(g.PciBusID) == wanted {
 			*handle = byGpu[g.Index]
 			return C.NVML_SUCCESS
 		}
 	}
 	return C.NVML_ERROR_NOT_FOUND
+}
+
+// legacyBusID is a PCI bus id as "dddd:bb:dd.f" (NVML takes the 8-digit domain form and the 4-digit one alike)
+func legacyBusID(bus string) string {
+	bus = strings.ToLower(bus)
+	if len(bus) > 12 {
+		return bus[len(bus)-12:]
+	}
+	return bus
 }
 
 func get(handle C.nvmlDevice_t) (*device, C.nvmlReturn_t) {
@@ -372,7 +381,7 @@ func fillPci(g *gpu, pci *C.nvmlPciInfo_t) {
 	full := C.CString(bus)
 	defer C.free(unsafe.Pointer(full))
 	C.strncpy(&pci.busId[0], full, C.NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE-1)
-	legacy := C.CString(bus[len(bus)-12:]) // "0000:07:00.0"
+	legacy := C.CString(legacyBusID(bus)) // "0000:07:00.0"
 	defer C.free(unsafe.Pointer(legacy))
 	C.strncpy(&pci.busIdLegacy[0], legacy, C.NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE-1)
 	fields := strings.Split(strings.ReplaceAll(bus, ".", ":"), ":")
@@ -503,8 +512,8 @@ func goAttributes(handle C.nvmlDevice_t, attributes *C.nvmlDeviceAttributes_t) C
 	return C.NVML_SUCCESS
 }
 
-//export goGpuInstanceId
-func goGpuInstanceId(handle C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
+// migInstance answers an instance-id call: the MIG device's id chosen by pick, INVALID_ARGUMENT for a whole GPU
+func migInstance(handle C.nvmlDevice_t, id *C.uint, pick func(*migDevice) uint) C.nvmlReturn_t {
 	d, code := get(handle)
 	if code != C.NVML_SUCCESS {
 		return code
@@ -512,21 +521,18 @@ func goGpuInstanceId(handle C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
 	if d.mig == nil {
 		return C.NVML_ERROR_INVALID_ARGUMENT
 	}
-	*id = C.uint(d.mig.GpuInstance)
+	*id = C.uint(pick(d.mig))
 	return C.NVML_SUCCESS
+}
+
+//export goGpuInstanceId
+func goGpuInstanceId(handle C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
+	return migInstance(handle, id, func(m *migDevice) uint { return m.GpuInstance })
 }
 
 //export goComputeInstanceId
 func goComputeInstanceId(handle C.nvmlDevice_t, id *C.uint) C.nvmlReturn_t {
-	d, code := get(handle)
-	if code != C.NVML_SUCCESS {
-		return code
-	}
-	if d.mig == nil {
-		return C.NVML_ERROR_INVALID_ARGUMENT
-	}
-	*id = C.uint(d.mig.ComputeInstance)
-	return C.NVML_SUCCESS
+	return migInstance(handle, id, func(m *migDevice) uint { return m.ComputeInstance })
 }
 
 //export goNvLinkState
