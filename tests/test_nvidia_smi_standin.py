@@ -148,6 +148,19 @@ def test_memory_and_compute_state_are_answered_and_faults_change_them(tmp_path: 
     assert [v["pending"] for v in state["remapped_rows"].values()] == ["No", "Yes", "No", "No"]
 
 
+def test_reset_status_is_answered_and_the_fault_sets_it(tmp_path: Path) -> None:
+    """The driver fact's reset_status query: 'No' on a healthy GPU, 'Yes' on GPU 1 with the reset-required fault."""
+    from gpunode.facts.driver import RESET_FIELDS, DriverState
+
+    fine = smi(tmp_path, "a100x4-containerd", f"--query-gpu={RESET_FIELDS}", "--format=csv,noheader")
+    assert fine.returncode == 0 and fine.stdout.splitlines()[1] == "1, No, No"
+    broken = smi(tmp_path, "a100x4-containerd", f"--query-gpu={RESET_FIELDS}", "--format=csv,noheader",
+                 faults=["reset-required"])
+    assert broken.stdout.splitlines()[:2] == ["0, No, No", "1, Yes, No"]
+    state = DriverState().process(["##gpunode:reset", *broken.stdout.splitlines()])
+    assert [row["reset_required"] for row in state["reset_status"]] == ["No", "Yes", "No", "No"]
+
+
 def test_mig_devices_are_listed_under_their_gpu_as_nvidia_smi_does(tmp_path: Path) -> None:
     """``mig: [profiles]`` in a profile creates those MIG devices; -L lists them in the reference format, and the
     driver fact reads them back (``mig: true``: MIG mode on, no device)."""

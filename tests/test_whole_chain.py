@@ -459,6 +459,8 @@ NODE_FAULTS = {
                           "uncorrectable memory errors, repair pending until a GPU reset", clear_fault),
     "compute-prohibited": (sim_fault("compute-prohibited"), "node01", "driver", "compute mode Prohibited",
                            clear_fault),
+    # before: not injectable (no reset_status in the nvidia-smi stand-in) and never read
+    "reset-required": (sim_fault("reset-required"), "node01", "driver", "requires a reset", clear_fault),
     "toolkit-removed": (
         lambda fleet: ssh(fleet, "node01", "apt-mark unhold nvidia-container-toolkit nvidia-container-toolkit-base "
                                            ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "

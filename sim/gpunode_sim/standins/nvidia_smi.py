@@ -88,6 +88,8 @@ FIELDS = {
     "retired_pages.pending": (lambda s, g: "[N/A]" if g.get("remapping") else (
         "Yes" if g.get("memory_pending") else "No"), ""),
     "compute_mode": (lambda s, g: g.get("compute_mode", "Default"), ""),
+    "reset_status.reset_required": (lambda s, g: "Yes" if g.get("reset_required") else "No", ""),
+    "reset_status.drain_and_reset_recommended": (lambda s, g: "No", ""),
 }
 # nvidia-smi --query-remapped-rows: the GPUs with row remapping (Ampere and later) only
 REMAP_FIELDS = {

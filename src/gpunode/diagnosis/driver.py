@@ -132,6 +132,7 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
                              "install the nvidia-persistenced service"))
     findings += device_mode_checks(state)
     findings += memory_and_compute_checks(state)
+    findings += reset_checks(state)
     findings += mig_checks(state)
     if state["nvswitch_count"]:
         findings += fabric_checks(state, driver)
@@ -182,6 +183,31 @@ def memory_and_compute_checks(state: dict) -> list[Finding]:
                                  [f"nvidia-smi compute_mode: {row['compute_mode']}"],
                                  f"nvidia-smi -i {index} -c DEFAULT (as root; it does not survive a reboot unless "
                                  "set again)", "compute-prohibited"))
+    return findings
+
+
+def reset_checks(state: dict) -> list[Finding]:
+    """A GPU the driver says needs a reset (or a drain and reset) after an unrecoverable error: work on it fails or
+    is not to be trusted until then. Read from nvidia-smi's reset_status fields; a driver without them is not
+    judged here (its Xid lines and the plugin's health still are)."""
+    uuids = {gpu["index"]: gpu["uuid"] for gpu in state["nvidia_smi"]["gpus"]}
+    findings = []
+    for row in state.get("reset_status") or []:
+        index = row["index"]
+        evidence = [f"nvidia-smi reset_status.reset_required: {row['reset_required']}, "
+                    f"reset_status.drain_and_reset_recommended: {row['drain_and_reset_recommended']} (GPU {index})"]
+        if row["reset_required"] == "Yes":
+            findings.append(fail(f"GPU {index} ({uuids.get(index, '?')}) requires a reset: the driver hit an "
+                                 "unrecoverable error on it, and new work on it fails until it is reset", evidence,
+                                 f"drain the node (no process may hold the GPU), then 'nvidia-smi -r -i {index}' or "
+                                 "reboot the node; read the node's Xid lines first (dmesg | grep -i xid): if the "
+                                 "same error comes back, the GPU goes back to the vendor", "gpu-reset-required"))
+        elif row["drain_and_reset_recommended"] == "Yes":
+            findings.append(fail(f"GPU {index} ({uuids.get(index, '?')}): the driver recommends a drain and reset "
+                                 "after an unrecoverable error: running jobs may continue, new ones should not "
+                                 "start there", evidence,
+                                 f"drain the node, then 'nvidia-smi -r -i {index}' or reboot it",
+                                 "gpu-drain-and-reset"))
     return findings
 
 

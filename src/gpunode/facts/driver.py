@@ -24,6 +24,9 @@ MODE = re.compile(r"[0-7]{3,4}")  # a file mode as stat -c %a prints it
 # NVIDIA's documented --query-gpu / --query-remapped-rows field names (nvidia-smi --help-query-gpu)
 HEALTH_FIELDS = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,compute_mode"
 REMAP_FIELDS = "gpu_uuid,remapped_rows.pending,remapped_rows.failure"
+# the reset_status section (in the --help-query-gpu of recent drivers; an older nvidia-smi refuses these fields and
+# the section stays empty: not read)
+RESET_FIELDS = "index,reset_status.reset_required,reset_status.drain_and_reset_recommended"
 
 
 class DriverState(FactBase):
@@ -41,6 +44,7 @@ class DriverState(FactBase):
             "device_modes": {"/dev/nvidiactl": "666", ...},   # as stat -c %a printed them
             "health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default"}],
             "remapped_rows": {"GPU-...": {"pending": "No", "failure": "No"}},   # Ampere and later
+            "reset_status": [{"index": 0, "reset_required": "No", "drain_and_reset_recommended": "No"}],
             "modules": ["nvidia", "nvidia_uvm", ...],   # nvidia* and nouveau from lsmod
             "nvswitch_count": 0,
             "fabricmanager": {"active": "active", "version": "550.54.15"},
@@ -64,6 +68,9 @@ class DriverState(FactBase):
             " 2>/dev/null; fi",
             section("remap"),
             f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-remapped-rows={REMAP_FIELDS} --format=csv,noheader"
+            " 2>/dev/null; fi",
+            section("reset"),
+            f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-gpu={RESET_FIELDS} --format=csv,noheader"
             " 2>/dev/null; fi",
             section("module"), "cat /sys/module/nvidia/version 2>/dev/null",
             section("proc"), "head -n 1 /proc/driver/nvidia/version 2>/dev/null",
@@ -98,6 +105,12 @@ class DriverState(FactBase):
             values = [v.strip() for v in line.split(",")]
             if len(values) == 3 and values[0].startswith("GPU-"):
                 remapped[values[0]] = {"pending": values[1], "failure": values[2]}
+        resets = []
+        for line in parts.get("reset", []):
+            values = [v.strip() for v in line.split(",")]
+            if len(values) == 3 and NUMBER.fullmatch(values[0]) and "N/A" not in values[1]:
+                resets.append({"index": int(values[0]), "reset_required": values[1],
+                               "drain_and_reset_recommended": values[2]})
         rc, smi_lines = exit_code(parts.get("smi", []))
         gpus = []
         if rc == 0:
@@ -149,6 +162,7 @@ class DriverState(FactBase):
             "device_modes": modes,
             "health": health,
             "remapped_rows": remapped,
+            "reset_status": resets,
             "modules": parts.get("modules", []),
             "nvswitch_count": int(switches[0]) if switches and NUMBER.fullmatch(switches[0].strip()) else 0,
             "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},
