@@ -434,6 +434,21 @@ HOST_OK = {"config": {"error": None, "ldconfig": "@/sbin/ldconfig", "mode": "aut
            "modes": {"/usr/bin/nvidia-container-runtime": "755", "/usr/bin/nvidia-ctk": "755"}, "cdi_specs": []}
 
 
+CDI_SPEC = {"config": {**HOST_OK["config"], "mode": "cdi"}, "cdi_specs": ["/etc/cdi/nvidia.yaml"],
+            "cdi_devices": {"/etc/cdi/nvidia.yaml": ["0", "1", "GPU-aaa", "GPU-bbb", "all"]}}
+CDI_GPUS = [{"index": 0, "uuid": "GPU-aaa"}, {"index": 1, "uuid": "GPU-bbb"}]
+
+
+def test_a_stale_cdi_spec_is_judged_where_containerd_uses_cdi() -> None:
+    """cdi_enabled (the CRI plugin injects CDI devices for the cdi-cri strategy) judges the spec in any mode."""
+    state = {"family": "deb", "versions": dict.fromkeys(PACKAGES, "1.17.8-1"), "held": list(PACKAGES), "locks": {},
+             **HOST_OK, **CDI_SPEC, "config": HOST_OK["config"], "cdi_gpus": [{"index": 0, "uuid": "GPU-new"}]}
+    failed = failures(toolkit_diagnosis.diagnose(state, NodeSettings(cdi_enabled=True)))
+    assert [f.code for f in failed] == ["toolkit-cdi-spec-stale"]
+    assert failed[0].fix.startswith("nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
+    assert "nvidia-smi --query-gpu=index,uuid: 0 GPU-new" in failed[0].evidence
+
+
 @pytest.mark.parametrize(("changes", "code", "said"), [
     ({}, None, 'config.toml: ldconfig = "@/sbin/ldconfig" (/sbin/ldconfig exists)'),
     ({"config": None}, None, "config.toml: absent (the runtime uses nvidia-ctk's defaults for this host)"),
@@ -449,6 +464,18 @@ HOST_OK = {"config": {"error": None, "ldconfig": "@/sbin/ldconfig", "mode": "aut
     ({"config": {**HOST_OK["config"], "mode": "cdi"}}, "toolkit-cdi-spec-missing", 'mode = "cdi"'),
     ({"config": {**HOST_OK["config"], "mode": "cdi"}, "cdi_specs": ["/etc/cdi/nvidia.yaml"]}, None,
      "1 CDI spec(s): /etc/cdi/nvidia.yaml"),
+    # device names as nvidia-ctk cdi generate writes them (index, GPU UUID, all; tests/facts/toolkit...gpu_replaced)
+    ({**CDI_SPEC, "cdi_gpus": CDI_GPUS}, None,
+     "/etc/cdi/nvidia.yaml: 5 nvidia.com/gpu device(s), naming 2 of the 2 GPU(s) nvidia-smi lists by UUID"),
+    ({**CDI_SPEC, "cdi_gpus": [CDI_GPUS[0], {"index": 1, "uuid": "GPU-new"}]}, "toolkit-cdi-spec-stale",
+     "devices for GPU(s) this node does not have: GPU-bbb"),
+    ({**CDI_SPEC, "cdi_gpus": CDI_GPUS + [{"index": 2, "uuid": "GPU-ccc"}]}, "toolkit-cdi-spec-stale",
+     "no device for GPU(s) GPU-ccc"),
+    ({**CDI_SPEC, "cdi_gpus": CDI_GPUS, "cdi_errors": {"/etc/cdi/nvidia.yaml": "mapping values are not allowed"}},
+     "toolkit-cdi-spec-invalid", "/etc/cdi/nvidia.yaml: mapping values are not allowed"),
+    # CDI not used (mode auto, CDI not enabled): a stale spec harms nothing and is not judged
+    ({**CDI_SPEC, "config": HOST_OK["config"], "cdi_gpus": [{"index": 0, "uuid": "GPU-new"}]}, None,
+     "/etc/cdi/nvidia.yaml: 5 nvidia.com/gpu device(s), naming 0 of the 1 GPU(s)"),
 ])
 def test_toolkit_diagnosis_judges_what_the_host_must_do_for_the_toolkit(changes: dict, code: str | None,
                                                                         said: str) -> None:

@@ -73,16 +73,52 @@ def program_findings(state: dict) -> list[Finding]:
                     "does this)", code="toolkit-not-executable")]
 
 
-def cdi_findings(state: dict) -> list[Finding]:
+CDI_FIX = "nvidia-ctk cdi generate --output={path} (again after every driver or GPU change)"
+
+
+def cdi_findings(state: dict, settings: NodeSettings) -> list[Finding]:
+    """Where CDI is used (the NVIDIA runtime in cdi mode, or CDI enabled in the container runtime), a spec must
+    name this node's GPUs: one that does not parse fails every CDI device, one written on another node or before a
+    GPU was replaced names GPUs that are not here (a container asking for them fails with 'unresolvable CDI
+    devices') and lacks the ones that are."""
     config = state.get("config") or {}
-    if config.get("mode") != "cdi" or state.get("cdi_specs"):
+    in_cdi_mode = config.get("mode") == "cdi"
+    if not (in_cdi_mode or settings.cdi_enabled):
         return []
-    return [Finding(STEP, Severity.FAIL, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
-                    "devices: GPU containers fail with 'unresolvable CDI devices'",
-                    [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"',
-                     f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: {len(state.get('cdi_specs') or [])}"],
-                    "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml (again after every driver change)",
-                    code="toolkit-cdi-spec-missing")]
+    specs = state.get("cdi_specs") or []
+    if not specs:
+        if not in_cdi_mode:
+            return []  # CDI enabled without a spec: the device plugin's envvar strategy needs none
+        return [Finding(STEP, Severity.FAIL, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
+                        "devices: GPU containers fail with 'unresolvable CDI devices'",
+                        [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"',
+                         f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: 0"],
+                        CDI_FIX.format(path="/etc/cdi/nvidia.yaml"), code="toolkit-cdi-spec-missing")]
+    findings = []
+    for path, error in sorted((state.get("cdi_errors") or {}).items()):
+        findings.append(Finding(STEP, Severity.FAIL, f"the CDI spec {path} does not parse as a spec of nvidia.com/gpu "
+                                "devices: the runtime refuses its devices", [f"{path}: {error}"],
+                                CDI_FIX.format(path=path), code="toolkit-cdi-spec-invalid"))
+    gpus = state.get("cdi_gpus") or []
+    if not gpus:
+        return findings  # nvidia-smi listed no GPU: the driver step says why
+    names = {name for devices in (state.get("cdi_devices") or {}).values() for name in devices}
+    here = {gpu["uuid"] for gpu in gpus}
+    missing = [gpu for gpu in gpus if gpu["uuid"] not in names and str(gpu["index"]) not in names]
+    foreign = sorted(name for name in names if name.startswith("GPU-") and name not in here)
+    if missing or foreign:
+        evidence = ["nvidia-smi --query-gpu=index,uuid: " + ", ".join(f"{g['index']} {g['uuid']}" for g in gpus)]
+        evidence += [f"{path}: devices {', '.join(devices) or 'none'}"
+                     for path, devices in sorted((state.get("cdi_devices") or {}).items())]
+        parts = ([f"no device for GPU(s) {', '.join(g['uuid'] for g in missing)}"] if missing else []) + (
+            [f"devices for GPU(s) this node does not have: {', '.join(foreign)}"] if foreign else [])
+        findings.append(Finding(STEP, Severity.FAIL, "the CDI spec does not match the GPUs nvidia-smi sees ("
+                                + "; ".join(parts) + "): it was written on another node or before a GPU or driver "
+                                "change, and containers asking for those devices fail with 'unresolvable CDI "
+                                "devices'", evidence,
+                                CDI_FIX.format(path=specs[0]) + "; re-running deploys/toolkit.py does this",
+                                code="toolkit-cdi-spec-stale"))
+    return findings
 
 
 def host_evidence(state: dict) -> list[str]:
@@ -98,6 +134,11 @@ def host_evidence(state: dict) -> list[str]:
             lines.append(f'{TOOLKIT_CONFIG}: mode = "{config["mode"]}"'
                          + (f" ({len(state['cdi_specs'])} CDI spec(s): {', '.join(state['cdi_specs'])})"
                             if config["mode"] == "cdi" else ""))
+    gpus = state.get("cdi_gpus") or []
+    for path, devices in sorted((state.get("cdi_devices") or {}).items()):
+        named = [gpu["uuid"] for gpu in gpus if gpu["uuid"] in devices]
+        lines.append(f"{path}: {len(devices)} nvidia.com/gpu device(s)"
+                     + (f", naming {len(named)} of the {len(gpus)} GPU(s) nvidia-smi lists by UUID" if gpus else ""))
     return lines + [f"stat -c %a {path}: {mode}" for path, mode in sorted(state.get("modes", {}).items())]
 
 
@@ -128,7 +169,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                                     f"{'dnf versionlock add' if rpm else 'apt-mark hold'} {' '.join(unheld)} "
                                     "(or re-run deploys/toolkit.py)"))
     if not wrong:  # what the installed toolkit needs from this host (a missing package is the finding above)
-        findings += config_findings(state) + program_findings(state) + cdi_findings(state)
+        findings += config_findings(state) + program_findings(state) + cdi_findings(state, settings)
     source = "rpm -q" if rpm else "dpkg-query"
     held = "locked by dnf versionlock" if rpm else "held"
     evidence = [f"{source}: {name} {version}" + (f" ({held})" if name in state["held"] else " (not held)")

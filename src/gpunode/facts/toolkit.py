@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import tomllib
 
+import yaml
 from pyinfra.api import FactBase
 
 from gpunode.facts import os_release
@@ -19,6 +20,8 @@ LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/sbin/ldcon
 TOOLKIT_PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
                     "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+CDI_MARK = "== cdi spec "  # starts each spec's text in the cdi section
+CDI_MAX_BYTES = 262144  # nvidia-ctk's spec for 8 GPUs with their libraries is about 20 KB
 # the configured ldconfig's host path: the value of `ldconfig = "@/path"` without its "@"
 CONFIGURED_LDCONFIG = (f"sed -n 's/^[[:space:]]*ldconfig[[:space:]]*=[[:space:]]*//p' {TOOLKIT_CONFIG} 2>/dev/null"
                        " | head -n 1 | tr -d \"\\\"'@\" | awk '{print $1}'")
@@ -39,6 +42,33 @@ def parse_config(lines: list[str]) -> dict | None:
     mode = runtime.get("mode") if isinstance(runtime, dict) else None
     return {"error": None, "ldconfig": str(ldconfig) if ldconfig is not None else None,
             "mode": str(mode) if mode is not None else None}
+
+def cdi_specs(lines: list[str]) -> dict[str, dict]:
+    """Each CDI spec's device names for kind nvidia.com/gpu (``0``, ``GPU-<uuid>``, ``all``, MIG ones), or the
+    reason it does not parse (the container runtime refuses such a spec as a whole)."""
+    texts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in lines:
+        if line.startswith(CDI_MARK) and line[len(CDI_MARK):].startswith("/"):
+            current = texts.setdefault(line[len(CDI_MARK):].strip(), [])
+        elif current is not None:
+            current.append(line)
+    specs = {}
+    for path, text in texts.items():
+        try:
+            spec = yaml.safe_load("\n".join(text))
+        except yaml.YAMLError as error:
+            specs[path] = {"devices": [], "error": " ".join(str(error).split())}
+            continue
+        if not isinstance(spec, dict) or not isinstance(spec.get("devices"), list):
+            specs[path] = {"devices": [], "error": "not a CDI spec (no devices list)"}
+            continue
+        kind = spec.get("kind")
+        names = [str(device["name"]) for device in spec["devices"] if isinstance(device, dict) and "name" in device]
+        specs[path] = {"devices": names if kind == "nvidia.com/gpu" else [],
+                       "error": None if kind == "nvidia.com/gpu" else f"kind {kind!r}, not nvidia.com/gpu"}
+    return specs
+
 
 # an entry of dnf's versionlock list: NAME-[EPOCH:]VERSION-RELEASE[.ARCH or .*]; "!" starts an exclude
 LOCK_ENTRY = re.compile(r"^(?P<name>[^\s!#].*?)-(?:\d+:)?(?P<version>[^-:\s]+-[^-\s]+?)"
@@ -79,7 +109,12 @@ class ToolkitPackages(FactBase):
             f"for p in {' '.join(LDCONFIG_CANDIDATES)} $({CONFIGURED_LDCONFIG}); do "
             "if [ -e \"$p\" ]; then echo \"yes $p\"; else echo \"no $p\"; fi; done",
             section("programs"), f"stat -c '%a %n' {' '.join(TOOLKIT_PROGRAMS)} 2>/dev/null",
-            section("cdi"), f"grep -l -s 'nvidia.com/gpu' {' '.join(d + '/*' for d in CDI_DIRS)}",
+            section("cdi"),  # each spec naming nvidia.com/gpu, with its text; then the GPUs it must match
+            f"specs=$(grep -l -s 'nvidia.com/gpu' {' '.join(d + '/*' for d in CDI_DIRS)}); for f in $specs; do"
+            f" echo \"{CDI_MARK}$f\"; head -c {CDI_MAX_BYTES} \"$f\"; echo; done",
+            section("cdi_gpus"),
+            "if [ -n \"$specs\" ] && command -v nvidia-smi >/dev/null 2>&1; then"
+            " nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null; fi",
             "true",
         ])
 
@@ -100,8 +135,16 @@ class ToolkitPackages(FactBase):
             mode, _, path = line.partition(" ")
             if path in TOOLKIT_PROGRAMS and re.fullmatch(r"[0-7]{3,4}", mode):
                 modes[path] = mode
+        specs = cdi_specs(parts.get("cdi", []))
+        gpus = []
+        for line in parts.get("cdi_gpus", []):
+            index, _, uuid = (value.strip() for value in line.partition(","))
+            if index.isascii() and index.isdigit() and uuid.startswith("GPU-"):
+                gpus.append({"index": int(index), "uuid": uuid})
         return {"config": parse_config(parts.get("config", [])), "paths": paths, "modes": modes,
-                "cdi_specs": sorted(line.strip() for line in parts.get("cdi", []) if line.strip().startswith("/"))}
+                "cdi_specs": sorted(specs), "cdi_devices": {path: spec["devices"] for path, spec in specs.items()},
+                "cdi_errors": {path: spec["error"] for path, spec in specs.items() if spec["error"]},
+                "cdi_gpus": gpus}
 
     @staticmethod
     def packages(family: str | None, parts: dict[str, list[str]]) -> dict:

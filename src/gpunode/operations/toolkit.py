@@ -1,5 +1,6 @@
 """Operations of the toolkit step: the four toolkit packages at one pinned version, and the installed toolkit
-usable on this host (its config's ldconfig exists here, its programs executable)."""
+usable on this host (its config's ldconfig exists here, its programs executable, a CDI spec of this node's GPUs
+where CDI is used)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.diagnosis.toolkit import config_findings, ldconfig_choice, not_executable
+from gpunode.diagnosis.toolkit import cdi_findings, config_findings, ldconfig_choice, not_executable
 from gpunode.facts.toolkit import ToolkitPackages
 from gpunode.operations import failing_command, step_fact
 from gpunode.operations.backup import backup_command
@@ -121,15 +122,26 @@ def ldconfig_command(choice: str) -> str:
     return f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set nvidia-container-cli.ldconfig={choice}"
 
 
+CDI_SPEC = "/etc/cdi/nvidia.yaml"  # where NVIDIA's docs have nvidia-ctk write the spec an admin keeps
+
+
+def cdi_generate_command(path: str) -> str:
+    """NVIDIA's own generator of the node's CDI spec (it reads the GPUs through NVML and finds the driver's files)."""
+    return f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && nvidia-ctk cdi generate --output={shlex.quote(path)}"
+
+
 @operation()
-def usable(stamp: str):
+def usable(stamp: str, settings: NodeSettings | None = None):
     """
     Make the installed toolkit usable on this host as its packages leave it: a config.toml whose ldconfig does
     not exist here (an Ubuntu config on Debian) or is not a host path gets the ldconfig nvidia-ctk picks for this
-    host (config backed up first); a toolkit program without an execute bit gets 0755. No restart: the runtime
-    reads both at every container's creation.
+    host (config backed up first); a toolkit program without an execute bit gets 0755; where CDI is used, a CDI
+    spec that is missing, does not parse or names other GPUs than nvidia-smi's is written again by ``nvidia-ctk
+    cdi generate`` (the old one backed up first). No restart: the runtime reads all three at every container's
+    creation.
 
     + stamp: the run's backup folder name
+    + settings: the host's settings (whether containerd or docker has CDI enabled)
     """
     if not gpu_present(host):
         host.noop(NO_GPU)
@@ -148,6 +160,11 @@ def usable(stamp: str):
     stuck = not_executable(state)
     if stuck:
         yield f"chmod 0755 {' '.join(stuck)}"
+        changed = True
+    if cdi_findings(state, settings or NodeSettings()):
+        path = (state.get("cdi_specs") or [CDI_SPEC])[0]
+        yield backup_command([path], stamp)
+        yield cdi_generate_command(path)
         changed = True
     if not changed:
         config = state.get("config")

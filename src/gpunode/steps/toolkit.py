@@ -12,6 +12,8 @@ from gpunode.steps.runtime import RUN_STAMP
 
 @deploy("Toolkit install")
 def toolkit_install() -> None:
-    toolkit.pinned(name="Install the NVIDIA Container Toolkit at the pinned version",
-                   settings=NodeSettings.from_data(host.data), stamp=RUN_STAMP)
-    toolkit.usable(name="Make the toolkit's config and programs usable on this host", stamp=RUN_STAMP)
+    settings = NodeSettings.from_data(host.data)
+    toolkit.pinned(name="Install the NVIDIA Container Toolkit at the pinned version", settings=settings,
+                   stamp=RUN_STAMP)
+    toolkit.usable(name="Make the toolkit's config and programs usable on this host", stamp=RUN_STAMP,
+                   settings=settings)
