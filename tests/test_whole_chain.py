@@ -519,6 +519,45 @@ def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(
     api(fleet).delete(Pod, "ldcache-fixed", namespace="default", grace_period=0)
 
 
+TOOLKIT_MODE = ("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml "
+                "--set nvidia-container-runtime.mode={mode}")
+
+
+def test_a_cdi_spec_is_written_by_nvidia_ctk_and_judged_against_the_gpus(fleet: dict, tmp_path: Path) -> None:
+    """The runtime in cdi mode needs a spec of this node's GPUs: missing, then stale (a GPU swapped since it was
+    written), each named by doctor and failing verify's toolkit step; the deploy writes it with NVIDIA's own
+    generator over the simulated libnvidia-ml.so.1."""
+    before = ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml").stdout
+    uuids = [line.split("UUID: ")[1].rstrip(")") for line in
+             ssh(fleet, "node01", "nvidia-smi -L").stdout.splitlines() if "UUID: " in line]
+    assert len(uuids) == 4, uuids
+    ssh(fleet, "node01", TOOLKIT_MODE.format(mode="cdi") + "; rm -f /etc/cdi/nvidia.yaml")
+    try:
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("toolkit", "toolkit-cdi-spec-missing"), found
+        assert ("node01", "toolkit") in failing(verify(fleet, tmp_path)[1])
+        result = deploy(fleet, tmp_path)[0]
+        assert result.returncode == 0, result.stdout[-3000:]
+        spec = ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml").stdout
+        assert "kind: nvidia.com/gpu" in spec and all(f"name: {uuid}" in spec for uuid in uuids), spec
+        assert "libcuda.so.550.54.15" in spec  # found where the driver installs it, by nvidia-ctk itself
+        code, report = doctor(fleet)
+        assert code == 0, report["problems"]
+        # GPU 2 replaced since the spec was written: the spec names a GPU this node no longer has
+        gone = "GPU-00000000-0000-4000-8000-000000000002"
+        ssh(fleet, "node01", f"sed -i 's/{uuids[2]}/{gone}/' /etc/cdi/nvidia.yaml")
+        found = problem(doctor(fleet)[1], "node01")
+        assert (found["link"], found["code"]) == ("toolkit", "toolkit-cdi-spec-stale"), found
+        assert gone in found["what"] and "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in found["fix"]
+        assert deploy(fleet, tmp_path)[0].returncode == 0
+        assert uuids[2] in ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml").stdout
+        assert doctor(fleet)[0] == 0
+    finally:
+        ssh(fleet, "node01", "rm -f /etc/cdi/nvidia.yaml; cat > /etc/nvidia-container-runtime/config.toml <<'EOF'\n"
+                             f"{before}EOF")
+    assert ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml").stdout == before
+
+
 def test_a_device_node_closed_to_other_users_fails_non_root_gpu_containers(fleet: dict, tmp_path: Path) -> None:
     """Before: driver "ok" (modes not read); the pod failed with NVML's words and doctor --pod said "exited 255"."""
     sim_fault("nvidiactl-0600")(fleet)

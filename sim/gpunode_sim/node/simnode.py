@@ -211,6 +211,7 @@ class SimNode:
         self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
         # NVML where the driver installs it: the simulated driver's library (its folder is bound read-only)
         self._link(f"usr/lib/x86_64-linux-gnu/{NVML_LIBRARY}", str(nvml), state["installed"] and nvml is not None)
+        self._cuda_placeholder(state["driver_version"], state["installed"])
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
         self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
                    state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])
@@ -265,6 +266,19 @@ class SimNode:
             "etc/default/kubelet": (f'KUBELET_EXTRA_ARGS="{extra}"\nGPUNODE_CGROUP_ROOT={cgroup_root}\n'
                                     f'GPUNODE_IMAGES="{images}"\n'),
         }
+
+    def _cuda_placeholder(self, version: str, wanted: bool) -> None:
+        """``libcuda.so.<driver version>`` (and its ``libcuda.so.1`` link) where the driver installs it: NVIDIA's
+        CDI generator (``nvidia-ctk cdi generate``) refuses to write a spec without the driver's CUDA library. An
+        empty file: CUDA needs a GPU, and a container that loads it fails as it would without one."""
+        folder = self.upper / "usr/lib/x86_64-linux-gnu"
+        for old in folder.glob("libcuda.so.*") if folder.is_dir() else []:
+            if old.name != f"libcuda.so.{version}" or not wanted:
+                old.unlink()
+        if wanted:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"libcuda.so.{version}").touch()
+        self._link("usr/lib/x86_64-linux-gnu/libcuda.so.1", f"libcuda.so.{version}", wanted)
 
     def _link(self, relative: str, target: str, wanted: bool) -> None:
         path = self.upper / relative
