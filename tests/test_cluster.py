@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import kubernetes_validate
@@ -377,3 +378,37 @@ def test_mig_single_counts_the_mig_devices_nvidia_smi_lists() -> None:
     assert expected_offer(gpus, "mixed", None).count is None  # one count cannot hold several profiles
     assert expected_offer([{k: v for k, v in g.items() if k != "mig_devices"} for g in gpus], "single",
                           None).count is None  # not listed: unknown, never guessed
+
+
+def test_a_failing_plugin_link_quotes_the_nodes_own_warning_events() -> None:
+    """The last distinct Warning events about each Node (one list), added to the failing findings only."""
+    from lightkube.models.core_v1 import EventSource, ObjectReference
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Event
+
+    from gpunode.facts.node_events import node_warnings
+
+    def event(node: str, reason: str, message: str, second: int, kind: str = "Node", type_: str = "Warning") -> Event:
+        return Event(metadata=ObjectMeta(name=f"{node}.{second}"), involvedObject=ObjectReference(kind=kind, name=node),
+                     reason=reason, message=message, type=type_, source=EventSource(component="kubelet"),
+                     lastTimestamp=datetime(2026, 12, 3, 12, 0, second, tzinfo=UTC))
+
+    # the kubelet's own words on a cgroup v1 host (as it says on this machine's fleet) and after a reboot
+    cgroup = "cgroup v1 support is in maintenance mode, please migrate to cgroup v2"
+    warnings = node_warnings([
+        event("node01", "CgroupV1", cgroup, 1), event("node01", "CgroupV1", cgroup, 2),
+        event("node01", "Rebooted", "Node node01 has been rebooted, boot id: 7c1e", 3),
+        event("node01", "Started", "Started container", 4, type_="Normal"),
+        event("node01", "BackOff", "Back-off restarting failed container", 5, kind="Pod"),
+        event("node02", "SystemOOM", "System OOM encountered, victim process: python3, pid: 4242", 6)])
+    assert warnings == {"node01": (f"kubelet: CgroupV1: {cgroup}",
+                                   "kubelet: Rebooted: Node node01 has been rebooted, boot id: 7c1e"),
+                        "node02": ("kubelet: SystemOOM: System OOM encountered, victim process: python3, pid: 4242",)}
+    ok = plugin_diagnosis.proven("device_plugin", "node01 offers its 8 nvidia.com/gpu", ["count"])
+    failed = plugin_diagnosis.Finding("device_plugin", Severity.FAIL, "node01 offers 0", ["count"], "fix", "x")
+    quoted = plugin_diagnosis.with_node_warnings([failed, ok], "node01", warnings["node01"])
+    assert quoted[0].evidence == ["count", f"Warning event on node node01 (kubelet: CgroupV1: {cgroup})",
+                                  "Warning event on node node01 (kubelet: Rebooted: Node node01 has been rebooted, "
+                                  "boot id: 7c1e)"]
+    assert quoted[1] is ok
+    assert plugin_diagnosis.with_node_warnings([failed], "node03", ()) == [failed]

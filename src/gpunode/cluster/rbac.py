@@ -4,10 +4,10 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
 
 * cluster-wide (a ClusterRole): nodes (read, list, label, cordon), pods (read, list: doctor ``--pod`` and the
   reboot's drain look in every namespace), evictions (the drain), pod logs and events (doctor ``--pod`` reads the
-  pod's own output and events, doctor the plugin pods'), a workload named instead of a pod and what refuses its
-  pods (doctor ``--pod``: deployments, statefulsets, replicasets, jobs, resource quotas, limit ranges), the plugin's
-  namespace and the ``nvidia`` RuntimeClass by
-  name (read, apply and delete), and the list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
+  pod's own output and events, doctor the plugin pods' and the nodes' Warning events), a workload named instead of
+  a pod and what refuses its pods (doctor ``--pod``: deployments, statefulsets, replicasets, jobs, resource quotas,
+  limit ranges), the plugin's namespace and the ``nvidia`` RuntimeClass by name (read, apply and delete), and the
+  list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
 * in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies (and deletes:
   ``gpunode undo``), the plugin's pods (delete: a plugin restart) and the image pull Secret it writes from the
   inventory's registry credentials (by name, but for create, which RBAC cannot limit to a name).

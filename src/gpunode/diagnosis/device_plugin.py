@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gpunode.cluster.labels import PLUGIN_LABEL
 from gpunode.cluster.plugin_config import Offer
 from gpunode.diagnosis import Finding, Severity, proven
@@ -182,6 +184,15 @@ def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
                    ("gpunode cordoned it and stopped there: fix what the reason says and re-run the deploy (the roll "
                     f"uncordons it when the node checks out), or kubectl uncordon {node.name}" if reason
                     else f"kubectl uncordon {node.name} when its maintenance is over"), code="node-cordoned")
+
+
+def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, ...]) -> list[Finding]:
+    """The failing findings with what the node's own watchers said last (its Warning events), quoted as evidence:
+    a reboot, an OOM or a detector's GPU report often is the cause the plugin's side cannot see."""
+    if not warnings:
+        return findings
+    lines = [f"Warning event on node {node} ({line})" for line in warnings]
+    return [replace(f, evidence=[*f.evidence, *lines]) if f.severity is Severity.FAIL else f for f in findings]
 
 
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, offer: Offer,

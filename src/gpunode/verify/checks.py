@@ -24,6 +24,7 @@ from gpunode.facts.device_plugin import (
     read_rollout,
 )
 from gpunode.facts.labels import NodeLabelsState, read_nodes
+from gpunode.facts.node_events import read_node_warnings
 from gpunode.settings import NodeSettings
 
 NODE_STEPS, CLUSTER_STEPS, STEPS = chain.NODE_STEPS, chain.CLUSTER_STEPS, chain.NAMES
@@ -77,6 +78,7 @@ class ClusterView:
         self.nodes: dict[tuple[str, str], dict[str, NodeLabelsState]] = {}
         self.plugin_pods: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.foreign_lists: dict[tuple[str, str], list[ForeignDaemonSet]] = {}
+        self.warnings: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
         self.lock = threading.Lock()  # hosts are judged in parallel: each list is read once
 
     def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
@@ -101,6 +103,14 @@ class ClusterView:
             if key not in self.foreign_lists:
                 self.foreign_lists[key] = read_foreign(settings)
             return self.foreign_lists[key]
+
+    def node_warnings(self, settings: ClusterSettings, name: str) -> tuple[str, ...]:
+        """The node's recent Warning events, from one list per verification, read only once a link fails."""
+        key = (str(settings.kubeconfig_path), settings.kube_context)
+        with self.lock:
+            if key not in self.warnings:
+                self.warnings[key] = read_node_warnings(settings)
+            return self.warnings[key].get(name, ())
 
     def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str,
                    read_log: bool = False) -> PluginPodState:
@@ -155,6 +165,8 @@ class ClusterView:
             if registrar is not None:
                 findings = [device_plugin.two_registrars(name, registrar.reference, registrar.pods[name], namespace),
                             *findings]
+            if any(f.severity is Severity.FAIL for f in findings):
+                findings = device_plugin.with_node_warnings(findings, name, self.node_warnings(settings, name))
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
             # the API could not be read (down, credentials, RBAC): every host says so; doctor names it once
