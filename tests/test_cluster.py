@@ -412,3 +412,24 @@ def test_a_failing_plugin_link_quotes_the_nodes_own_warning_events() -> None:
                                   "boot id: 7c1e)"]
     assert quoted[1] is ok
     assert plugin_diagnosis.with_node_warnings([failed], "node03", ()) == [failed]
+
+
+@pytest.mark.parametrize(("replicas", "modes", "named"), [
+    (2, ["Exclusive_Process", "Default"], "GPU(s) 0 take only one CUDA context at a time"),
+    (4, ["Exclusive_Thread", "Exclusive_Process"], "GPU(s) 0 1 take only one CUDA context"),
+    (2, ["Default", "Default"], None),
+    (None, ["Exclusive_Process", "Default"], None),  # no time-slicing: exclusive mode is the admin's choice
+])
+def test_time_slicing_on_a_gpu_in_exclusive_compute_mode_is_named(replicas: int | None, modes: list[str],
+                                                                  named: str | None) -> None:
+    config = parse_plugin_config({"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": replicas}]}}}) if replicas else None
+    health = [{"index": n, "ecc_uncorrected": 0, "retired_pending": None, "compute_mode": mode}
+              for n, mode in enumerate(modes)]
+    found = plugin_diagnosis.exclusive_time_slicing("node01", health, config)
+    if named is None:
+        assert found is None
+        return
+    assert found is not None and found.code == "exclusive-time-sliced" and named in found.what
+    assert f"nvidia-smi compute_mode: GPU 0 {modes[0]}" in found.evidence
+    assert found.fix.startswith("nvidia-smi -i 0 -c DEFAULT on node01")

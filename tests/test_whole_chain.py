@@ -694,6 +694,15 @@ def test_time_slicing_from_the_inventory_is_carried_and_expected(fleet: dict, tm
         evidence = " | ".join(next(link for link in report["links"]["node01"] if link["link"] == "device_plugin")[
             "evidence"])
         assert code == 0 and "4 GPU(s) x 2 replicas (plugin_config sharing.timeSlicing)" in evidence, report
+        # before: not injectable, nothing read it: a GPU in Exclusive_Process takes one context, not two pods
+        sim_fault("compute-exclusive")(fleet)
+        try:
+            found = problem(doctor(fleet, *data)[1], "node01")
+            assert (found["link"], found["code"]) == ("device_plugin", "exclusive-time-sliced"), found
+            assert "nvidia-smi compute_mode: GPU 0 Exclusive_Process" in found["evidence"]
+            assert ("node01", "device_plugin") in failing(verify(fleet, tmp_path, *data)[1])
+        finally:
+            clear_fault(fleet)
         found = problem(doctor(fleet)[1], "node01")  # an inventory without the config expects one per GPU
         assert found["code"] == "offers-more" and "node01 offers 8 allocatable nvidia.com/gpu" in found["what"]
         # someone edits the config in the cluster: the next deploy refuses to drop it, and says where it is

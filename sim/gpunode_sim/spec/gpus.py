@@ -55,6 +55,8 @@ FAULTS = {
                          "waits for a reset (a page pending retirement before Ampere, a row remap pending from "
                          "Ampere on)",
     "compute-prohibited": "GPU 0 is in compute mode Prohibited: no process can create a CUDA context on it",
+    "compute-exclusive": "GPU 0 is in compute mode Exclusive_Process: one CUDA context at a time (fine alone, not "
+                         "with time-slicing)",
     "reset-required": "GPU 1 requires a reset after an unrecoverable error (nvidia-smi reset_status.reset_required "
                       "Yes)",
     "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
@@ -114,7 +116,8 @@ def driver_state(node: str, profile: dict) -> dict:
             # row remapping replaced page retirement with Ampere (the MIG-capable generation here)
             "remapping": gpu_model.mig_capable,
             "memory_pending": index == 1 and "ecc-uncorrectable" in faults,
-            "compute_mode": "Prohibited" if index == 0 and "compute-prohibited" in faults else "Default",
+            "compute_mode": "Prohibited" if index == 0 and "compute-prohibited" in faults else (
+                "Exclusive_Process" if index == 0 and "compute-exclusive" in faults else "Default"),
             "reset_required": index == 1 and "reset-required" in faults,
         })
     nvswitch = profile.get("nvswitch") or {}

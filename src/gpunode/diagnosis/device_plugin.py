@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpunode.cluster.labels import PLUGIN_LABEL
-from gpunode.cluster.plugin_config import Offer
+from gpunode.cluster.plugin_config import GPU_RESOURCE, Offer, PluginConfig
 from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
 from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
@@ -184,6 +184,28 @@ def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
                    ("gpunode cordoned it and stopped there: fix what the reason says and re-run the deploy (the roll "
                     f"uncordons it when the node checks out), or kubectl uncordon {node.name}" if reason
                     else f"kubectl uncordon {node.name} when its maintenance is over"), code="node-cordoned")
+
+
+EXCLUSIVE = ("Exclusive_Process", "Exclusive_Thread")  # nvidia-smi's compute_mode values that admit one context
+
+
+def exclusive_time_slicing(node: str, health: list[dict], config: PluginConfig | None) -> Finding | None:
+    """Time-slicing offers each GPU to several pods at once, but a GPU in an exclusive compute mode takes one CUDA
+    context at a time: every pod after the first on it fails with CUDA's 'all CUDA-capable devices are busy or
+    unavailable'. (MPS is different: its control daemon wants Exclusive_Process.)"""
+    rule = next((r for r in (config.shared if config else ()) if r.name == GPU_RESOURCE), None)
+    exclusive = [row for row in health if row.get("compute_mode") in EXCLUSIVE]
+    if rule is None or rule.replicas < 2 or not exclusive:
+        return None
+    indexes = " ".join(str(row["index"]) for row in exclusive)
+    return Finding(STEP, Severity.FAIL, f"{node} time-slices its GPUs {rule.replicas} ways, but GPU(s) {indexes} "
+                   "take only one CUDA context at a time (exclusive compute mode): every pod after the first on them "
+                   "fails with 'all CUDA-capable devices are busy or unavailable'",
+                   [f"nvidia-smi compute_mode: GPU {row['index']} {row['compute_mode']}" for row in exclusive]
+                   + [f"plugin_config sharing.timeSlicing: {GPU_RESOURCE} x {rule.replicas} replicas"],
+                   f"nvidia-smi -i {exclusive[0]['index']} -c DEFAULT on {node} (as root; set it again after a reboot "
+                   "if something sets it at boot), or drop sharing.timeSlicing from plugin_config for this node",
+                   code="exclusive-time-sliced")
 
 
 def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, ...]) -> list[Finding]:

@@ -165,6 +165,10 @@ class ClusterView:
             if registrar is not None:
                 findings = [device_plugin.two_registrars(name, registrar.reference, registrar.pods[name], namespace),
                             *findings]
+            clash = device_plugin.exclusive_time_slicing(name, (facts.get("driver") or {}).get("health") or [],
+                                                         manifests.plugin_config)
+            if clash is not None:
+                findings = [clash, *findings]
             if any(f.severity is Severity.FAIL for f in findings):
                 findings = device_plugin.with_node_warnings(findings, name, self.node_warnings(settings, name))
             results["device_plugin"] = verdict(host, "device_plugin", findings)
