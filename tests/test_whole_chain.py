@@ -459,6 +459,9 @@ NODE_FAULTS = {
                           "uncorrectable memory errors, repair pending until a GPU reset", clear_fault),
     "compute-prohibited": (sim_fault("compute-prohibited"), "node01", "driver", "compute mode Prohibited",
                            clear_fault),
+    # before: device plugin "not checked" and "nothing is broken"
+    "mig-no-instances": (sim_fault("mig-no-instances"), "node01", "driver",
+                         "MIG mode is on but no MIG device exists on GPU(s) 0", clear_fault),
     # before: not injectable (no reset_status in the nvidia-smi stand-in) and never read
     "reset-required": (sim_fault("reset-required"), "node01", "driver", "requires a reset", clear_fault),
     "toolkit-removed": (

@@ -57,6 +57,8 @@ FAULTS = {
     "compute-prohibited": "GPU 0 is in compute mode Prohibited: no process can create a CUDA context on it",
     "compute-exclusive": "GPU 0 is in compute mode Exclusive_Process: one CUDA context at a time (fine alone, not "
                          "with time-slicing)",
+    "mig-no-instances": "GPU 0 has MIG mode on and no MIG device (as after 'nvidia-smi -mig 1' and a reset, before "
+                        "anyone created instances): CUDA sees no device on it",
     "reset-required": "GPU 1 requires a reset after an unrecoverable error (nvidia-smi reset_status.reset_required "
                       "Yes)",
     "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
@@ -108,8 +110,8 @@ def driver_state(node: str, profile: dict) -> dict:
             "pci_bus_id": f"00000000:{bus:02X}:00.0",
             "pci_device_id": gpu_model.pci_device_id,
             "serial": f"{1560000000000 + uuid.uuid5(uuid.NAMESPACE_DNS, node).int % 10**9 + index:013d}",
-            "mig_mode": "Enabled" if gpu.get("mig") and gpu_model.mig_capable else (
-                "Disabled" if gpu_model.mig_capable else "N/A"),
+            "mig_mode": "Enabled" if (gpu.get("mig") or (index == 0 and "mig-no-instances" in faults))
+                        and gpu_model.mig_capable else ("Disabled" if gpu_model.mig_capable else "N/A"),
             "fallen_off_bus": index == 0 and "fallen-off-bus" in faults,
             "mig_devices": mig_devices(node, index, gpu.get("mig")) if gpu_model.mig_capable else [],
             "ecc_uncorrected": 2 if index == 1 and "ecc-uncorrectable" in faults else 0,
