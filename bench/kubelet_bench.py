@@ -13,7 +13,10 @@ folder and loopback block (127.0.42.N), bootstraps it, then prints:
 * GPU pod start through the real kubelet (admission, Allocate, CRI, the nvidia
   runtime): the kubelet's own podStartSLOduration, p50/p99 (the pods run 2 s,
   so the kubelet sees them running; it logs only those);
-* the idle CPU of the node's kubelet and plugin over 20 s.
+* the idle CPU of the node's kubelet and plugin over 20 s;
+* an Xid 79 through NVML's event set (the simulated libnvidia-ml.so.1) to the
+  plugin's "unhealthy" verdict (its log line, as the CRI stamps it) and to the
+  kubelet's allocatable count one lower, once per GPU.
 
 and tears the fleet down.
 """
@@ -102,6 +105,32 @@ def main(rounds: int) -> None:
             starts = [float(v) for v in re.findall(r"podStartSLOduration=([\d.]+)", log)]
             print(f"GPU pod start through the real kubelet ({len(starts)} pods, Allocate included): "
                   f"p50 {percentile(starts, 0.5) * 1000:.0f} ms, p99 {percentile(starts, 0.99) * 1000:.0f} ms")
+            gpus = json.loads(run([*ssh, "cat /etc/gpunode-sim/gpu.json"], env))["gpus"]
+            verdicts, offers = [], []
+            for left, gpu in zip(range(len(gpus) - 1, -1, -1), gpus, strict=True):
+                sent = float(run([*ssh, f"sudo sh -c 'date +%s.%N; echo \"{gpu['uuid']} 79\" >> "
+                                        "/run/gpunode-sim/events/health-events'"], env))
+                line = ""
+                for _ in range(300):
+                    said = f"device {gpu['uuid']} of nvidia.com/gpu unhealthy"
+                    line = run([*ssh, f"sudo sh -c 'cat /var/log/pods/gpunode-system_*/*/*.log' | grep '{said}' "
+                                      "| head -1"], env, check=False)
+                    if line:
+                        break
+                    time.sleep(0.1)
+                if line:
+                    verdicts.append(datetime.datetime.fromisoformat(line.split()[0]).timestamp() - sent)
+                for _ in range(600):
+                    count = run([GPUNODE, "sim", "kubectl", "get", "node", "node01", "-o",
+                                 "jsonpath={.status.allocatable.nvidia\\.com/gpu}"], env, check=False).strip()
+                    if count == str(left):
+                        offers.append(time.time() - sent)
+                        break
+                    time.sleep(0.1)
+            print(f"Xid 79 to the plugin's unhealthy verdict ({len(verdicts)}/{len(gpus)} GPUs): "
+                  f"max {max(verdicts, default=0) * 1000:.0f} ms; to the kubelet's allocatable one lower "
+                  f"({len(offers)}/{len(gpus)}): p50 {percentile(offers, 0.5):.1f} s, max {max(offers):.1f} s"
+                  if offers else f"Xid 79: the kubelet's allocatable never dropped ({len(verdicts)} verdicts)")
         finally:
             run([GPUNODE, "sim", "down"], env, check=False)
 
