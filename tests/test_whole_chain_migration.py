@@ -126,6 +126,34 @@ def test_the_deploy_never_adds_a_second_registrar_and_says_which_daemonset_serve
     assert results["hosts"]["node01"]["labels"]["outcome"] == "pass"
 
 
+def test_two_registrars_on_one_node_are_named_with_the_other_daemonset(fleet: dict, served_by_nvidia: None) -> None:
+    """Someone labels the node for gpunode's plugin by hand while NVIDIA's serves it: both register nvidia.com/gpu
+    with the real kubelet, which keeps the last; doctor names the other DaemonSet and both ways out."""
+    client = api(fleet)
+    selector = {"app.kubernetes.io/name": "gpunode-device-plugin"}
+    client.patch(Node, "node01", {"metadata": {"labels": {LABEL: "true"}}})
+    try:
+        wait_for(lambda: ready(pods_of(fleet, "gpunode-system", selector).get("node01")), 180,
+                 "gpunode's plugin pod beside NVIDIA's on node01")
+        code, report = doctor(fleet)
+        assert code == 1
+        found = next(p for p in report["problems"] if p["subject"] == "node01")
+        assert (found["link"], found["code"]) == ("device_plugin", "two-registrars"), found
+        assert "NVIDIA's kube-system/nvidia-device-plugin-daemonset" in found["what"]
+        assert "gpunode migrate INVENTORY --limit node01" in found["fix"]
+        assert any(line.startswith("daemonset kube-system/nvidia-device-plugin-daemonset: pod "
+                                   "nvidia-device-plugin-daemonset-") for line in found["evidence"]), found
+    finally:
+        client.patch(Node, "node01", {"metadata": {"labels": {LABEL: None}}})
+        wait_for(lambda: "node01" not in pods_of(fleet, "gpunode-system", selector), 120,
+                 "gpunode's plugin pod to leave node01")
+        # the kubelet kept the last registrar, which just left: NVIDIA's registers again when its pod restarts
+        nvidia = pods_of(fleet, NVIDIA[0], {"name": "nvidia-device-plugin-ds"})["node01"]
+        client.delete(Pod, nvidia.metadata.name, namespace=NVIDIA[0])
+        wait_for(lambda: ready(pods_of(fleet, NVIDIA[0], {"name": "nvidia-device-plugin-ds"}).get("node01"))
+                 and allocatable(fleet, "node01") == "4", 180, "NVIDIA's plugin to serve node01's 4 GPUs again")
+
+
 def test_migrate_moves_one_node_with_its_running_gpu_pod_undisturbed(fleet: dict, served_by_nvidia: None) -> None:
     started = gpunode("sim", "run", "trainer", "--gpus", "1", "--node-selector", "accelerator=nvidia-a100",
                       "--timeout", "0", "--", "sleep", "900", env=fleet["env"], check=False)
