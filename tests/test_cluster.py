@@ -393,8 +393,10 @@ def test_a_failing_plugin_link_quotes_the_nodes_own_warning_events() -> None:
                      reason=reason, message=message, type=type_, source=EventSource(component="kubelet"),
                      lastTimestamp=datetime(2026, 12, 3, 12, 0, second, tzinfo=UTC))
 
-    # the kubelet's own words on a cgroup v1 host (as it says on this machine's fleet) and after a reboot
-    cgroup = "cgroup v1 support is in maintenance mode, please migrate to cgroup v2"
+    # the kubelet v1.35's own words on a cgroup v1 host (as read on this machine's fleet) and after a reboot
+    cgroup = ("cgroup v1 detected. cgroup v1 support is deprecated and will be removed in a future release. Please "
+              "migrate to cgroup v2. More information at "
+              "https://git.k8s.io/enhancements/keps/sig-node/5573-remove-cgroup-v1")
     warnings = node_warnings([
         event("node01", "CgroupV1", cgroup, 1), event("node01", "CgroupV1", cgroup, 2),
         event("node01", "Rebooted", "Node node01 has been rebooted, boot id: 7c1e", 3),
