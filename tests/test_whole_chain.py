@@ -530,9 +530,9 @@ def test_a_cdi_spec_is_written_by_nvidia_ctk_and_judged_against_the_gpus(fleet: 
     """The runtime in cdi mode needs a spec of this node's GPUs: missing, then stale (a GPU swapped since it was
     written), each named by doctor and failing verify's toolkit step; the deploy writes it with NVIDIA's own
     generator over the simulated libnvidia-ml.so.1."""
-    before = ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml").stdout
+    before = ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml")
     uuids = [line.split("UUID: ")[1].rstrip(")") for line in
-             ssh(fleet, "node01", "nvidia-smi -L").stdout.splitlines() if "UUID: " in line]
+             ssh(fleet, "node01", "nvidia-smi -L").splitlines() if "UUID: " in line]
     assert len(uuids) == 4, uuids
     ssh(fleet, "node01", TOOLKIT_MODE.format(mode="cdi") + "; rm -f /etc/cdi/nvidia.yaml")
     try:
@@ -541,7 +541,7 @@ def test_a_cdi_spec_is_written_by_nvidia_ctk_and_judged_against_the_gpus(fleet: 
         assert ("node01", "toolkit") in failing(verify(fleet, tmp_path)[1])
         result = deploy(fleet, tmp_path)[0]
         assert result.returncode == 0, result.stdout[-3000:]
-        spec = ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml").stdout
+        spec = ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml")
         assert "kind: nvidia.com/gpu" in spec and all(f"name: {uuid}" in spec for uuid in uuids), spec
         assert "libcuda.so.550.54.15" in spec  # found where the driver installs it, by nvidia-ctk itself
         code, report = doctor(fleet)
@@ -553,12 +553,12 @@ def test_a_cdi_spec_is_written_by_nvidia_ctk_and_judged_against_the_gpus(fleet: 
         assert (found["link"], found["code"]) == ("toolkit", "toolkit-cdi-spec-stale"), found
         assert gone in found["what"] and "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml" in found["fix"]
         assert deploy(fleet, tmp_path)[0].returncode == 0
-        assert uuids[2] in ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml").stdout
+        assert uuids[2] in ssh(fleet, "node01", "cat /etc/cdi/nvidia.yaml")
         assert doctor(fleet)[0] == 0
     finally:
         ssh(fleet, "node01", "rm -f /etc/cdi/nvidia.yaml; cat > /etc/nvidia-container-runtime/config.toml <<'EOF'\n"
                              f"{before}EOF")
-    assert ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml").stdout == before
+    assert ssh(fleet, "node01", "cat /etc/nvidia-container-runtime/config.toml") == before
 
 
 def test_a_device_node_closed_to_other_users_fails_non_root_gpu_containers(fleet: dict, tmp_path: Path) -> None:
