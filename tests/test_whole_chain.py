@@ -706,6 +706,7 @@ def test_time_slicing_from_the_inventory_is_carried_and_expected(fleet: dict, tm
             assert ("node01", "device_plugin") in failing(verify(fleet, tmp_path, *data)[1])
         finally:
             clear_fault(fleet)
+        wait_for(lambda: doctor(fleet, *data)[0] == 0, 180)  # node01 rebooted: its plugin registers again
         found = problem(doctor(fleet)[1], "node01")  # an inventory without the config expects one per GPU
         assert found["code"] == "offers-more" and "node01 offers 8 allocatable nvidia.com/gpu" in found["what"]
         # someone edits the config in the cluster: the next deploy refuses to drop it, and says where it is
