@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Event, Pod
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.errors import GpunodeError
+from gpunode.facts.node_events import moment
 
 DAEMONSET = "gpunode-device-plugin"
 POD_SELECTOR = {"app.kubernetes.io/name": DAEMONSET}
@@ -198,10 +199,6 @@ def pod_warnings(settings: ClusterSettings, namespace: str, name: str, keep: int
         events = api_call(settings, f"list the events of {namespace}/{name}", find)
     except GpunodeError:
         return ()
-
-    def moment(event: Event) -> str:
-        stamp = event.lastTimestamp or event.eventTime or event.firstTimestamp
-        return stamp.isoformat() if stamp else ""
 
     said: list[str] = []
     for event in sorted(events, key=moment, reverse=True):

@@ -20,6 +20,7 @@ def event_line(event: Event) -> str:
 
 
 def moment(event: Event) -> str:
+    """When the event last happened, as a sortable string ("" when it carries no time)."""
     stamp = event.lastTimestamp or event.eventTime or event.firstTimestamp
     return stamp.isoformat() if stamp else ""
 
