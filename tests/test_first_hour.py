@@ -107,3 +107,16 @@ def test_deploy_dry_against_no_cluster_cannot_tell(inventory: Path) -> None:
     """A dead host in a dry run: exit 1 (could not tell), never 2 (drift)."""
     result = gpunode("deploy", str(inventory), "--dry", "--report", "/dev/null", env=env(), check=False)
     assert result.returncode == 1, result.stdout + result.stderr
+
+
+def test_a_verification_that_writes_no_results_says_so(inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: exit 1 with nothing printed at all (the inner test run's own output is off)."""
+    from gpunode.errors import GpunodeError
+    from gpunode.verify import run
+
+    monkeypatch.setattr(run.pytest, "main", lambda args: pytest.ExitCode.INTERNAL_ERROR)
+    with pytest.raises(GpunodeError) as caught:
+        run.verify(str(inventory), [], None, None, None)
+    assert caught.value.problem == ("the verification did not finish: its test run exited 3 (INTERNAL_ERROR) and "
+                                    "wrote no results")
+    assert "--pyargs gpunode.verify.suites" in (caught.value.fix or "")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.errors import GpunodeError
 from gpunode.verify import report
 from gpunode.verify.targets import load_inventory, parse_data
 
@@ -30,8 +31,15 @@ def verify(inventory: str, limit: list[str], junit_xml: str | None, json_path: s
             args += ["--junit-xml", junit_xml]
         args += ["-p", "no:terminal"] if quiet else ["-rfs"]
         code = pytest.main(args)
-        if not results_file.exists():
-            return (code or 1), {"steps": [], "hosts": {}}
+        if not results_file.exists():  # the checks did not run to their end: never an empty, silent failure
+            try:
+                meaning = pytest.ExitCode(int(code)).name
+            except ValueError:
+                meaning = "unknown"
+            raise GpunodeError(f"the verification did not finish: its test run exited {int(code)} ({meaning}) "
+                               "and wrote no results",
+                               f"run it again; if it repeats, 'python -m pytest -p gpunode.verify.plugin --pyargs "
+                               f"gpunode.verify.suites --inventory {inventory}' shows pytest's own words")
         results = json.loads(results_file.read_text())
     if json_path:
         Path(json_path).write_text(json.dumps(results, indent=2) + "\n")
