@@ -157,6 +157,11 @@ def parse_plugin_config(value: object, settings_flags: dict[str, str] | None = N
     return PluginConfig(document, tuple(rules), bool(slicing.get("renameByDefault", False)))
 
 
+def gpu_sharing(config: PluginConfig | None) -> SharingRule | None:
+    """The time-slicing rule for nvidia.com/gpu in ``config``, if any."""
+    return next((r for r in (config.shared if config else ()) if r.name == GPU_RESOURCE), None)
+
+
 def expected_offer(gpus: list[dict], mig_strategy: str, config: PluginConfig | None) -> Offer:
     """What a node with ``gpus`` (the driver facts' rows) offers under the plugin's effective configuration."""
     count = len(gpus)
@@ -172,7 +177,7 @@ def expected_offer(gpus: list[dict], mig_strategy: str, config: PluginConfig | N
                      "count is that of MIG devices per profile, which one resource count does not hold" if listed
                      else f"MIG is enabled on {len(migged)} of {count} GPU(s) with plugin_mig_strategy {mig_strategy}:"
                      " the count is that of MIG devices, which the driver facts do not list", count)
-    rule = next((r for r in (config.shared if config else ()) if r.name == GPU_RESOURCE), None)
+    rule = gpu_sharing(config)
     if rule is None:
         return Offer(GPU_RESOURCE, count, f"driver (nvidia-smi): {count} GPU(s), no time-slicing in plugin_config",
                      count)

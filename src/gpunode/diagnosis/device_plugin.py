@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpunode.cluster.labels import PLUGIN_LABEL
-from gpunode.cluster.plugin_config import GPU_RESOURCE, Offer, PluginConfig
+from gpunode.cluster.plugin_config import GPU_RESOURCE, Offer, PluginConfig, gpu_sharing
 from gpunode.diagnosis import Finding, Severity, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
 from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
@@ -193,7 +193,7 @@ def exclusive_time_slicing(node: str, health: list[dict], config: PluginConfig |
     """Time-slicing offers each GPU to several pods at once, but a GPU in an exclusive compute mode takes one CUDA
     context at a time: every pod after the first on it fails with CUDA's 'all CUDA-capable devices are busy or
     unavailable'. (MPS is different: its control daemon wants Exclusive_Process.)"""
-    rule = next((r for r in (config.shared if config else ()) if r.name == GPU_RESOURCE), None)
+    rule = gpu_sharing(config)
     exclusive = [row for row in health if row.get("compute_mode") in EXCLUSIVE]
     if rule is None or rule.replicas < 2 or not exclusive:
         return None
