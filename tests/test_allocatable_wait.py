@@ -12,14 +12,15 @@ import time
 
 import httpx2
 import pytest
-from lightkube.models.core_v1 import ContainerStatus, PodSpec, PodStatus
+from lightkube.models.core_v1 import (Container, ContainerState, ContainerStateWaiting, ContainerStatus, PodSpec,
+                                        PodStatus)
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.errors import GpunodeError
-from gpunode.facts.device_plugin import RolloutState
+from gpunode.facts.device_plugin import PluginPodState, RolloutState
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.operations import device_plugin as operation
 from gpunode.operations.run_state import host_run
@@ -135,3 +136,37 @@ def test_every_hosts_wait_shares_one_poll_of_the_api(monkeypatch: pytest.MonkeyP
     assert calls == {"nodes": 1, "pods": 1, "rollout": 1}
     assert len({id(poll) for poll in polls}) == 1
     assert polls[0].node("node07").exists is False
+
+
+def backing_off(name: str, image: str) -> Pod:
+    waiting = ContainerState(waiting=ContainerStateWaiting(reason="ImagePullBackOff", message="not found"))
+    return Pod(metadata=ObjectMeta(name=name), spec=PodSpec(containers=[Container(name="plugin", image=image)],
+                                                             nodeName="node01"),
+               status=PodStatus(phase="Pending", containerStatuses=[
+                   ContainerStatus(name="plugin", ready=False, restartCount=0, image=image, imageID="",
+                                   state=waiting)]))
+
+
+def test_the_rollout_wait_leaves_a_pod_of_the_older_template_to_the_controller(monkeypatch) -> None:
+    """A deploy repairing a wrong image: the old pod backs off until the DaemonSet controller replaces it."""
+    new = "registry.test/plugin@sha256:" + "a" * 64
+    rollouts = [RolloutState(True, 2, 2, 1, 0, 0, image=new), RolloutState(True, 2, 2, 1, 1, 1, image=new)]
+    monkeypatch.setattr(operation, "read_rollout", lambda settings, namespace: rollouts.pop(0))
+    monkeypatch.setattr(operation, "read_plugin_pods",
+                        lambda settings, namespace: {"node01": backing_off("plugin-old", "registry.test/plugin:gone")})
+    monkeypatch.setattr(operation, "POLL_SECONDS", 0.01)
+    target = FakeHost()
+    operation.wait_rollout(target, ClusterSettings(rollout_timeout=5), "gpu")
+    assert target.said[-1] == "device plugin rolled out: 1/1 ready, 1/1 updated"
+
+
+def test_the_rollout_wait_names_a_pod_of_the_current_template_that_cannot_pull(monkeypatch) -> None:
+    new = "registry.test/plugin:gone"
+    monkeypatch.setattr(operation, "read_rollout", lambda settings, namespace: RolloutState(True, 2, 2, 1, 1, 0,
+                                                                                            image=new))
+    monkeypatch.setattr(operation, "read_plugin_pods",
+                        lambda settings, namespace: {"node01": backing_off("plugin-new", new)})
+    monkeypatch.setattr(operation, "plugin_pod_state", lambda settings, namespace, node, pod: PluginPodState(
+        node, pod.metadata.name, "Pending", waiting="ImagePullBackOff", waiting_message="not found", image=new))
+    with pytest.raises(GpunodeError, match="cannot pull the device plugin's image registry.test/plugin:gone"):
+        operation.wait_rollout(FakeHost(), ClusterSettings(rollout_timeout=5), "gpu")

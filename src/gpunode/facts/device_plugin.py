@@ -35,6 +35,7 @@ class RolloutState:
     node_selector: dict[str, str] = field(default_factory=dict)  # the pod template's nodeSelector, as live
     affinity: bool = False  # the pod template has a node affinity (it narrows the nodes too)
     tolerations: tuple[str, ...] = ()  # "key=value:Effect" / "key:Effect" (Exists), "*" for tolerate-everything
+    image: str = ""  # the image the pod template asks for now (a pod running another is of an older template)
 
     @property
     def complete(self) -> bool:
@@ -82,7 +83,8 @@ def read_rollout(settings: ClusterSettings, namespace: str) -> RolloutState:
                         (status.updatedNumberScheduled or 0) if status else 0, status.numberReady if status else 0,
                         dict(template.nodeSelector or {}) if template else {},
                         bool(template and template.affinity and template.affinity.nodeAffinity),
-                        tuple(toleration_text(t) for t in (template.tolerations or [] if template else [])))
+                        tuple(toleration_text(t) for t in (template.tolerations or [] if template else [])),
+                        template.containers[0].image or "" if template and template.containers else "")
 
 
 def toleration_text(toleration: object) -> str:

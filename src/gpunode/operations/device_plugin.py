@@ -289,15 +289,23 @@ def pinned_manifests(manifests: ManifestSettings, data: object, say: Callable[[s
     return replace(manifests, image=cache[manifests.image][0])
 
 
-def pull_refused(settings: ClusterSettings, namespace: str, pods: dict[str, Pod]) -> None:
+def pull_refused(settings: ClusterSettings, namespace: str, pods: dict[str, Pod], image: str = "") -> None:
     """Raise, with the kubelet's words and the fix, when a plugin pod's image cannot be pulled: the kubelet only
-    backs off (up to 5 minutes), so waiting out the deploy's timeout would change nothing."""
+    backs off (up to 5 minutes), so waiting out the deploy's timeout would change nothing. With ``image`` (the
+    template's now), a pod asking for another image is left out: it is of an older template, which the DaemonSet
+    controller replaces (a deploy that repairs a wrong image sees the old pod back off until then)."""
     for node, pod in sorted(pods.items()):
-        if waiting_reason(pod) != "ImagePullBackOff" or being_deleted(pod):
+        if waiting_reason(pod) != "ImagePullBackOff" or being_deleted(pod) or older_template(pod, image):
             continue
         found = plugin_pod_state(settings, namespace, node, pod)
         finding = image_pull_failed(f"the device plugin's pod {pod.metadata.name} on {node}", [], found, namespace)
         raise GpunodeError(f"{finding.what}\n  evidence: " + "\n            ".join(finding.evidence), finding.fix)
+
+
+def older_template(pod: Pod, image: str) -> bool:
+    """The pod runs another image than the DaemonSet's template asks for now."""
+    containers = pod.spec.containers if pod.spec else []
+    return bool(image and containers and containers[0].image != image)
 
 
 def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> None:
@@ -320,7 +328,7 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
             shown = rollout.progress()
             target.log(f"device plugin rollout: {shown}")
         try:
-            pull_refused(settings, namespace, read_plugin_pods(settings, namespace))
+            pull_refused(settings, namespace, read_plugin_pods(settings, namespace), rollout.image)
         except GpunodeError as error:
             if not transient(error):
                 raise
