@@ -12,8 +12,14 @@ import time
 
 import httpx2
 import pytest
-from lightkube.models.core_v1 import (Container, ContainerState, ContainerStateWaiting, ContainerStatus, PodSpec,
-                                        PodStatus)
+from lightkube.models.core_v1 import (
+    Container,
+    ContainerState,
+    ContainerStateWaiting,
+    ContainerStatus,
+    PodSpec,
+    PodStatus,
+)
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod
 
