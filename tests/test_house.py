@@ -47,6 +47,7 @@ LAYERS = (
     ("inventory_data",),
     ("settings",),
     ("cluster", "connection", "image"),
+    ("host_settings",),
     ("facts",),
     ("diagnosis",),
     ("operations",),
@@ -174,3 +175,13 @@ def test_the_simulator_is_its_own_distribution_with_rooms_by_concern_and_no_impo
 
     for module in sorted(graph):
         visit(module, ())
+
+
+def test_inventory_data_is_parsed_in_one_place() -> None:
+    """Only gpunode.host_settings turns a host's raw data into settings; every other module is handed them."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[1] / "src/gpunode"
+    parsing = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
+                     if "scaffold" not in p.parts and ".from_data(" in p.read_text())
+    assert parsing == ["host_settings.py"], parsing

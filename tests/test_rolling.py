@@ -7,6 +7,7 @@ import pytest
 from gpunode.cluster.labels import driver_version_of
 from gpunode.deploy import rolling_batches
 from gpunode.errors import GpunodeError
+from gpunode.host_settings import HostSettings
 
 HOSTS = ["node01", "node02", "node03"]
 
@@ -19,7 +20,7 @@ HOSTS = ["node01", "node02", "node03"]
     ({"max_unavailable": 5}, [HOSTS]),
 ])
 def test_rolling_batches(data: dict, batches: list[list[str]]) -> None:
-    assert rolling_batches(HOSTS, data) == batches
+    assert rolling_batches(HOSTS, HostSettings.from_data(data).max_unavailable) == batches
 
 
 @pytest.mark.parametrize(("value", "message"), [
@@ -28,7 +29,7 @@ def test_rolling_batches(data: dict, batches: list[list[str]]) -> None:
 ])
 def test_bad_max_unavailable_is_named(value: object, message: str) -> None:
     with pytest.raises(GpunodeError, match=message):
-        rolling_batches(HOSTS, {"max_unavailable": value})
+        HostSettings.from_data({"max_unavailable": value})
 
 
 @pytest.mark.parametrize(("labels", "version"), [

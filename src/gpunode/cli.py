@@ -255,17 +255,18 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migr
       gpunode render inventories/prod.py | kubectl apply --dry-run=server -f -
       gpunode render inventories/prod.py --rbac --subject User:gpunode | kubectl apply -f -
     """
-    from gpunode.cluster.manifests import ManifestSettings
     from gpunode.cluster.manifests import render as render_manifests
     from gpunode.cluster.rbac import render as render_rbac
+    from gpunode.host_settings import settings_of
     from gpunode.verify.targets import load_inventory, parse_data
 
     targets = load_inventory(inventory, data=parse_data(list(data)))
-    settings = ManifestSettings.from_data(targets[0].data)
+    settings = settings_of(targets[0]).manifests
     if not rbac and not no_pin:
         from gpunode.operations.device_plugin import pinned_manifests
 
-        settings = pinned_manifests(settings, targets[0].data, lambda line: click.echo(f"gpunode: {line}", err=True))
+        settings = pinned_manifests(settings, settings_of(targets[0]).registry,
+                                    lambda line: click.echo(f"gpunode: {line}", err=True))
     click.echo(render_rbac(settings.namespace, subject, migrate_from) if rbac else render_manifests(settings),
                nl=False)
 

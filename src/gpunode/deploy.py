@@ -16,7 +16,8 @@ from pathlib import Path
 
 from gpunode import chain
 from gpunode.errors import GpunodeError
-from gpunode.inventory_data import check_data, read
+from gpunode.host_settings import settings_of
+from gpunode.inventory_data import check_data
 from gpunode.operations import PLANNED_FAILURES
 from gpunode.verify.targets import load_inventory, parse_data
 
@@ -67,9 +68,8 @@ def summarise(payload: dict, hosts: list[str], dry: bool) -> dict:
     return report
 
 
-def rolling_batches(hosts: list[str], data: dict) -> list[list[str]]:
-    """Hosts in batches of ``max_unavailable`` (inventory data; 0 or unset: all at once)."""
-    size = read(data, "max_unavailable")
+def rolling_batches(hosts: list[str], size: int) -> list[list[str]]:
+    """Hosts in batches of ``size`` (the inventory's ``max_unavailable``; 0: all at once)."""
     if not size:
         return [hosts]
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]
@@ -119,7 +119,7 @@ def run_deploy(inventory: str, steps: list[str], limit: list[str], dry: bool, re
                            f"fix them; 'gpunode check {inventory}' checks the data, the hosts and the cluster")
     hosts = [t.name for t in targets]
     pyinfra_bin = pyinfra or str(Path(sys.executable).with_name("pyinfra"))
-    batches = [hosts] if dry or not targets else rolling_batches(hosts, targets[0].data)
+    batches = [hosts] if dry or not targets else rolling_batches(hosts, settings_of(targets[0]).max_unavailable)
     report: dict[str, dict] = {}
     code = 0
     for number, batch in enumerate(batches):

@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.node_v1 import RuntimeClass
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
-from gpunode.cluster.manifests import RUNTIME_CLASS, ManifestSettings
+from gpunode.cluster.manifests import RUNTIME_CLASS
 from gpunode.diagnosis import Finding, Severity, pods
 from gpunode.diagnosis import workloads as workload_diagnosis
 from gpunode.errors import GpunodeError
@@ -29,7 +29,7 @@ from gpunode.facts import workloads
 from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.facts.workloads import KINDS as WORKLOAD_KINDS
-from gpunode.settings import NodeSettings
+from gpunode.host_settings import settings_of
 from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
 from gpunode.verify.engine import Verification
 from gpunode.verify.targets import load_inventory
@@ -115,10 +115,9 @@ def host_links(host: str, verification: Verification) -> list[Link]:
     return links
 
 
-def cpu_node_plugin(host: str, settings: ClusterSettings, data: dict, node_name: str,
+def cpu_node_plugin(host: str, settings: ClusterSettings, namespace: str, node_name: str,
                     cluster: ClusterView) -> Problem | Link:
     """A device-plugin pod on a CPU node: the DaemonSet lost its GPU nodeSelector (runbook failure 4)."""
-    namespace = ManifestSettings.from_data(data).namespace
     pod = cluster.plugin_pod(settings, namespace, node_name)
     if not pod.exists:
         return Link("no plugin on a CPU node", "ok", f"no device-plugin pod runs on the CPU node {node_name}",
@@ -272,7 +271,7 @@ def nvidia_default_of(node: str, verification: Verification) -> bool | None:
         facts = verification.facts.get(host, {})
         if (facts.get("hostname") or host) == node and host in verification.verdicts:
             if verification.result(host, "runtime").outcome == "pass":
-                return NodeSettings.from_data(target.data).nvidia_runtime_default
+                return settings_of(target).node.nvidia_runtime_default
     return None
 
 
@@ -296,7 +295,8 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
     for host, target in verification.targets.items():
         problem = first_broken(host, verification)
         links = host_links(host, verification)
-        settings = ClusterSettings.from_data(target.data)
+        parsed = settings_of(target)
+        settings = parsed.cluster
         facts = verification.facts.get(host, {})
         unreadable = next(filter(None, (cluster_unreadable(verification.result(host, step))
                                         for step in CLUSTER_STEPS)), None) if host in verification.verdicts else None
@@ -304,7 +304,7 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
             cluster_error = cluster_error or unreadable
         elif problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
             try:
-                checked = cpu_node_plugin(host, settings, target.data, settings.k8s_node_name
+                checked = cpu_node_plugin(host, settings, parsed.manifests.namespace, settings.k8s_node_name
                                           or facts.get("hostname") or host, verification.cluster)
             except GpunodeError as error:
                 cluster_error = cluster_error or unreadable_finding(error)
@@ -327,7 +327,7 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
                 f"; not checked: {', '.join(unchecked)}" if gpu and unchecked else "")
         if settings.cluster_steps:
             cluster = cluster or settings
-            needs_runtime_class |= not NodeSettings.from_data(target.data).nvidia_runtime_default
+            needs_runtime_class |= not parsed.node.nvidia_runtime_default
     if cluster_error is not None:
         report.problems.append(Problem("cluster", cluster_error))
         report.links["cluster"] = [link_of(cluster_error, "api")]

@@ -32,12 +32,12 @@ from lightkube.types import PatchType
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.cluster.labels import PLUGIN_LABEL
-from gpunode.cluster.manifests import ManifestSettings
 from gpunode.connection import Connections, Unreachable
 from gpunode.errors import GpunodeError
 from gpunode.facts.coexistence import OPERATOR_SWITCH, ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.device_plugin import pod_ready, read_plugin_pods, read_rollout
 from gpunode.facts.labels import NodeLabelsState, read_node
+from gpunode.host_settings import settings_of
 from gpunode.verify.targets import Target, load_inventory
 
 RESOURCE = "nvidia.com/gpu"
@@ -176,10 +176,10 @@ def wait_moved(settings: ClusterSettings, namespace: str, node: str, registrar: 
 def node_names(targets: list[Target]) -> dict[str, str]:
     """Each host's Kubernetes node name: ``k8s_node_name``, else its hostname (read over SSH, as the deploy does)."""
     names: dict[str, str] = {}
-    unknown = [t for t in targets if not ClusterSettings.from_data(t.data).k8s_node_name]
+    unknown = [t for t in targets if not settings_of(t).cluster.k8s_node_name]
     for target in targets:
         if target not in unknown:
-            names[target.name] = ClusterSettings.from_data(target.data).k8s_node_name
+            names[target.name] = settings_of(target).cluster.k8s_node_name
     if unknown:
         connections = Connections([(t.name, t.data) for t in unknown])
         try:
@@ -194,8 +194,8 @@ def node_names(targets: list[Target]) -> dict[str, str]:
 
 def move(target: Target, node: str, dry: bool, say: Callable[[str], None]) -> NodeMove:
     result = NodeMove(target.name, node)
-    settings = ClusterSettings.from_data(target.data)
-    namespace = ManifestSettings.from_data(target.data).namespace
+    settings = settings_of(target).cluster
+    namespace = settings_of(target).manifests.namespace
 
     def note(line: str) -> None:
         result.lines.append(line)
@@ -240,7 +240,7 @@ def move(target: Target, node: str, dry: bool, say: Callable[[str], None]) -> No
 def migrate(inventory: str, limit: list[str] | None, data: dict[str, str] | None, dry: bool,
             say: Callable[[str], None]) -> tuple[int, list[NodeMove]]:
     """Move each host's node in turn; stop at the first failure. Exit code 0 all done, 1 a node failed."""
-    targets = [t for t in load_inventory(inventory, limit, data) if ClusterSettings.from_data(t.data).cluster_steps]
+    targets = [t for t in load_inventory(inventory, limit, data) if settings_of(t).cluster.cluster_steps]
     if not targets:
         raise GpunodeError("no host with cluster_steps = True to migrate")
     names = node_names(targets)

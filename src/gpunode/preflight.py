@@ -20,10 +20,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from gpunode.cluster.client import ClusterSettings, api_call
-from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.rbac import Rule, cluster_rules, namespace_rules
 from gpunode.connection import Connections, Reply, Unreachable
 from gpunode.errors import GpunodeError
+from gpunode.host_settings import settings_of
+from gpunode.image.push import Registry
 from gpunode.inventory_data import check_data
 from gpunode.settings import NodeSettings
 from gpunode.verify.targets import Target, load_inventory
@@ -215,11 +216,10 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
                    "(SelfSubjectAccessReview)")
 
 
-def check_plugin_image(report: Preflight, image: str, data: object) -> None:
+def check_plugin_image(report: Preflight, image: str, registry: Registry) -> None:
     """The plugin image as its registry has it: a tag or digest that is there, read with the inventory's registry
     user; a registry this machine cannot read is not checked (the nodes may reach it where this machine cannot)."""
     from gpunode.image.push import refusal, resolve, split_reference
-    from gpunode.operations.device_plugin import registry_of
 
     subject = "plugin image"
     try:
@@ -231,7 +231,7 @@ def check_plugin_image(report: Preflight, image: str, data: object) -> None:
                    "and set plugin_image to the reference the push prints")
         return
     try:
-        digest = resolve(image, registry_of(data))
+        digest = resolve(image, registry)
     except GpunodeError as error:
         # this machine's view, not the nodes': a registry it cannot reach or does not trust, or no skopeo here
         if refusal(error.problem) in ("reach", "trust") or "needs skopeo" in error.problem:
@@ -276,19 +276,17 @@ def preflight(inventory: str, limit: list[str] | None = None, data: dict[str, st
     report.add("inventory", "data", OK, "every key gpunode reads has a valid value; no key looks like a typo")
     check_hosts(report, targets)
     clusters: dict[tuple[str, str], tuple[ClusterSettings, str]] = {}
+    images: dict[str, Registry] = {}
     for target in targets:
-        settings = ClusterSettings.from_data(target.data)
-        if settings.cluster_steps:
-            namespace = ManifestSettings.from_data(target.data).namespace
-            clusters.setdefault((str(settings.kubeconfig_path), settings.kube_context), (settings, namespace))
+        parsed = settings_of(target)
+        if parsed.cluster.cluster_steps:
+            clusters.setdefault((str(parsed.cluster.kubeconfig_path), parsed.cluster.kube_context),
+                                (parsed.cluster, parsed.manifests.namespace))
+            images.setdefault(parsed.manifests.image, parsed.registry)
     for settings, namespace in clusters.values():
         check_cluster(report, settings, namespace)
-    images = {}
-    for target in targets:
-        if ClusterSettings.from_data(target.data).cluster_steps:
-            images.setdefault(ManifestSettings.from_data(target.data).image, target.data)
-    for image, data in images.items():
-        check_plugin_image(report, image, data)
+    for image, registry in images.items():
+        check_plugin_image(report, image, registry)
     return report
 
 

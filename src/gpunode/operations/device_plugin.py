@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from lightkube import codecs
 from lightkube.resources.apps_v1 import DaemonSet
@@ -48,7 +47,6 @@ from gpunode.facts.device_plugin import (
 )
 from gpunode.facts.labels import NodeLabelsState, parse_node, read_gpu_nodes, read_nodes
 from gpunode.image.push import Registry, pin
-from gpunode.inventory_data import read
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import labelled_driver, node_of_run, relabelled
@@ -272,19 +270,12 @@ def manifests_applied(documents: list[dict], settings: ClusterSettings):
     yield control_command(apply_documents, settings, stale, extras)
 
 
-def registry_of(data: object) -> Registry:
-    """How gpunode itself reaches the plugin image's registry: the inventory's CA folder and pull user."""
-    cert_dir = read(data, "plugin_registry_cert_dir")
-    return Registry(Path(cert_dir).expanduser() if cert_dir else None,
-                    read(data, "plugin_registry_username") or None, read(data, "plugin_registry_password") or None)
-
-
-def pinned_manifests(manifests: ManifestSettings, data: object, say: Callable[[str], None]) -> ManifestSettings:
+def pinned_manifests(manifests: ManifestSettings, registry: Registry, say: Callable[[str], None]) -> ManifestSettings:
     """The settings with plugin_image pinned to the digest its tag has in the registry (once per run and image;
     said once); as given where it cannot be resolved from here (then the nodes pull the tag)."""
     cache = run_of(state).pinned if ctx_state.isset() else {}  # a deploy's run, or one command (render)
     if manifests.image not in cache:
-        cache[manifests.image] = pin(manifests.image, registry_of(data))
+        cache[manifests.image] = pin(manifests.image, registry)
         say(cache[manifests.image][1])
     return replace(manifests, image=cache[manifests.image][0])
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
 
-from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.manifests import ManifestSettings, manifest_documents
+from gpunode.cluster.manifests import manifest_documents
 from gpunode.errors import GpunodeError
+from gpunode.host_settings import settings_of
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.operations.labels import nvidia_serves
-from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
 
 
 @deploy("Device plugin")
 def device_plugin_rollout() -> None:
-    settings = ClusterSettings.from_data(host.data)
+    parsed = settings_of(host)
+    settings = parsed.cluster
     if not settings.cluster_steps:
         host.noop("cluster steps are off for this host (cluster_steps = False)")
         return
-    manifests = device_plugin.pinned_manifests(ManifestSettings.from_data(host.data), host.data,
+    manifests = device_plugin.pinned_manifests(parsed.manifests, parsed.registry,
                                                lambda line: logger.info(f"--> {line}"))
     device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=manifest_documents(manifests),
                                     settings=settings, _run_once=True)
@@ -30,7 +30,7 @@ def device_plugin_rollout() -> None:
     if not gpu_present(host):
         return
     gpus = (driver_facts(host).get("nvidia_smi") or {}).get("gpus") or []
-    if not gpus and not NodeSettings.from_data(host.data).reboot_on_mismatch:
+    if not gpus and not parsed.node.reboot_on_mismatch:
         return
     name = node_name(settings)
     try:

@@ -14,9 +14,9 @@ from pyinfra.context import ctx_host
 from pyinfra.facts.server import Hostname
 
 from gpunode.cluster.client import ClusterSettings
+from gpunode.host_settings import settings_of
 from gpunode.operations import driver, read_node_facts, reboot, step_fact
 from gpunode.operations.run_state import host_run
-from gpunode.settings import NodeSettings
 
 
 def node_name(settings: ClusterSettings) -> str:
@@ -33,13 +33,13 @@ def node_name(settings: ClusterSettings) -> str:
 @deploy("Driver check")
 def driver_check() -> None:
     """Stop hosts whose NVIDIA driver is broken, with what, evidence and fix; note CPU-only hosts."""
-    settings = NodeSettings.from_data(host.data)
+    settings = settings_of(host).node
     read_node_facts(host)  # every step's facts in one round trip; the steps after this one read their part
     driver.checked(name="Check the NVIDIA driver", settings=settings)
     if not settings.reboot_on_mismatch:
         return
     # Each of these does something only where the check above found a driver upgraded without reboot.
-    cluster = ClusterSettings.from_data(host.data)
+    cluster = settings_of(host).cluster
     name = node_name(cluster)
     if cluster.cluster_steps:
         reboot.cordoned(name="Cordon the node for its reboot", node_name=name, settings=cluster)

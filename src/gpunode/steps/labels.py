@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
 
-from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.labels import LabelSettings, gpu_labels
+from gpunode.cluster.labels import gpu_labels
+from gpunode.host_settings import settings_of
 from gpunode.operations import labels
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.steps.driver import node_name
@@ -20,7 +20,7 @@ def desired_labels() -> dict[str, str]:
     if not gpu_present(host):
         return {}
     state = driver_facts(host)
-    computed = gpu_labels(((state.get("nvidia_smi") or {}).get("gpus")) or [], LabelSettings.from_data(host.data))
+    computed = gpu_labels(((state.get("nvidia_smi") or {}).get("gpus")) or [], settings_of(host).labels)
     for warning in computed.warnings:
         host.log_styled(f"warning: {warning}", fg="yellow", log_func=logger.warning)
     return computed.labels
@@ -28,9 +28,9 @@ def desired_labels() -> dict[str, str]:
 
 @deploy("Node labels")
 def node_labels() -> None:
-    settings = ClusterSettings.from_data(host.data)
+    settings = settings_of(host).cluster
     if not settings.cluster_steps:
         host.noop("cluster steps are off for this host (cluster_steps = False)")
         return
     labels.applied(name="Label the Kubernetes node by its GPUs", node_name=node_name(settings),
-                   labels=desired_labels(), settings=settings, label_settings=LabelSettings.from_data(host.data))
+                   labels=desired_labels(), settings=settings, label_settings=settings_of(host).labels)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 from pyinfra import host
 from pyinfra.api.deploy import deploy
 
+from gpunode.host_settings import settings_of
 from gpunode.operations import runtime
-from gpunode.settings import NodeSettings
 
 # One backup folder per run, the same on every host: /var/backups/gpunode/<RUN_STAMP>/
 RUN_STAMP = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -16,7 +16,7 @@ RUN_STAMP = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 @deploy("Runtime configuration")
 def runtime_configuration() -> None:
-    settings = NodeSettings.from_data(host.data)
+    settings = settings_of(host).node
     configure = runtime.nvidia_runtime(name="Configure the container runtime for the nvidia runtime",
                                        settings=settings, stamp=RUN_STAMP)
     runtime.restarted(name="Restart the container runtime (its config changed)", settings=settings,

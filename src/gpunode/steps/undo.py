@@ -9,22 +9,21 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api.deploy import deploy
 
-from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.manifests import ManifestSettings
+from gpunode.host_settings import settings_of
 from gpunode.operations import undo
-from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
 
 
 @deploy("Undo")
 def undo_node(packages: bool = False) -> None:
-    cluster = ClusterSettings.from_data(host.data)
+    parsed = settings_of(host)
+    cluster = parsed.cluster
     if cluster.cluster_steps:
         undo.cluster_objects_deleted(name="Delete gpunode's cluster objects",
-                                     namespace=ManifestSettings.from_data(host.data).namespace, settings=cluster,
+                                     namespace=parsed.manifests.namespace, settings=cluster,
                                      _run_once=True)
         undo.labels_removed(name="Remove gpunode's node labels", node_name=node_name(cluster), settings=cluster)
     undo.toolkit_released(name="Release the toolkit packages" + (" and remove them" if packages else ""),
                           packages=packages)
     undo.files_restored(name="Put back the files gpunode changed",
-                        restart_timeout=NodeSettings.from_data(host.data).runtime_restart_timeout, packages=packages)
+                        restart_timeout=parsed.node.runtime_restart_timeout, packages=packages)

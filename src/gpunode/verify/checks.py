@@ -9,8 +9,7 @@ from lightkube.resources.core_v1 import Pod
 
 from gpunode import chain
 from gpunode.cluster.client import ClusterSettings
-from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, gpu_labels
-from gpunode.cluster.manifests import ManifestSettings
+from gpunode.cluster.labels import PLUGIN_LABEL, gpu_labels
 from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Severity, device_plugin, labels
 from gpunode.errors import GpunodeError
@@ -25,7 +24,7 @@ from gpunode.facts.device_plugin import (
 )
 from gpunode.facts.labels import NodeLabelsState, read_nodes
 from gpunode.facts.node_events import read_node_warnings
-from gpunode.settings import NodeSettings
+from gpunode.host_settings import HostSettings
 
 NODE_STEPS, CLUSTER_STEPS, STEPS = chain.NODE_STEPS, chain.CLUSTER_STEPS, chain.NAMES
 DIAGNOSES = {step.name: chain.load(step.diagnose) for step in chain.STEPS if step.diagnose}
@@ -124,16 +123,13 @@ class ClusterView:
         # a pod being deleted (a taint evicting it, no successor yet) is not the node's plugin at this moment
         return plugin_pod_state(settings, namespace, node, None if being_deleted(pod) else pod, read_log)
 
-    def judge(self, host: str, data: dict, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
+    def judge(self, host: str, parsed: HostSettings, facts: dict[str, dict], gpu_ok: bool) -> dict[str, StepResult]:
         """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
-        try:
-            settings = ClusterSettings.from_data(data)
-        except GpunodeError as error:
-            return {step: StepResult(host, step, "fail", f"bad inventory data: {error}") for step in CLUSTER_STEPS}
+        settings = parsed.cluster
         if not settings.cluster_steps:
             return {step: StepResult(host, step, "skip", "cluster_steps = False") for step in CLUSTER_STEPS}
         gpus = ((facts.get("driver") or {}).get("nvidia_smi") or {}).get("gpus") or [] if gpu_ok else []
-        desired = gpu_labels(gpus, LabelSettings.from_data(data)).labels
+        desired = gpu_labels(gpus, parsed.labels).labels
         name = settings.k8s_node_name or facts.get("hostname") or host
         results: dict[str, StepResult] = {}
         try:
@@ -155,7 +151,7 @@ class ClusterView:
             if not node.exists:
                 results["device_plugin"] = StepResult(host, "device_plugin", "skip", f"no Node named {name}")
                 return results
-            manifests = ManifestSettings.from_data(data)
+            manifests = parsed.manifests
             namespace = manifests.namespace
             offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
             short = offer.count is not None and device_plugin.allocatable_of(node, offer.resource) < offer.count
@@ -181,7 +177,7 @@ class ClusterView:
         return results
 
 
-def judge(host: str, facts: dict[str, dict], settings: NodeSettings, data: dict | None = None,
+def judge(host: str, facts: dict[str, dict], settings: HostSettings,
           cluster: ClusterView | None = None) -> dict[str, StepResult]:
     """A verdict per step; GPU steps are skipped where the driver step failed or the host is CPU-only.
 
@@ -198,12 +194,12 @@ def judge(host: str, facts: dict[str, dict], settings: NodeSettings, data: dict 
         if step not in facts:
             results[step] = StepResult(host, step, "fail", "could not read the step's facts from the host")
             continue
-        results[step] = verdict(host, step, DIAGNOSES[step](facts[step], settings))
+        results[step] = verdict(host, step, DIAGNOSES[step](facts[step], settings.node))
     if results["driver"].outcome == "fail":
         why = "the driver step failed"
         results.update({step: StepResult(host, step, "skip", why) for step in CLUSTER_STEPS})
     elif cluster is None:
         results.update({step: StepResult(host, step, "skip", "cluster not checked") for step in CLUSTER_STEPS})
     else:
-        results.update(cluster.judge(host, data or {}, facts, results["driver"].outcome == "pass"))
+        results.update(cluster.judge(host, settings, facts, results["driver"].outcome == "pass"))
     return results

@@ -10,6 +10,7 @@ from gpunode.connection import Connections, Reply, Unreachable
 from gpunode.diagnosis import Finding, Severity
 from gpunode.errors import GpunodeError
 from gpunode.facts.node import facts_command, split_facts
+from gpunode.host_settings import settings_of
 from gpunode.verify.checks import STEPS, ClusterView, StepResult, judge
 from gpunode.verify.targets import Target
 
@@ -45,12 +46,12 @@ class Verification:
                            "run 'gpunode doctor' again; if it persists, run the command by hand as the inventory's "
                            "user", "unreadable")
         try:
-            settings = self.targets[name].settings
+            settings = settings_of(self.targets[name])
         except GpunodeError as error:
             return Finding("inventory data", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
                            fix=error.fix or "", code="bad-data")
         self.facts[name] = split_facts(reply.stdout)
-        return judge(name, self.facts[name], settings, self.targets[name].data, self.cluster)
+        return judge(name, self.facts[name], settings, self.cluster)
 
     def result(self, host: str, step: str) -> StepResult:
         """The step's verdict; a host that could not be read fails once, at the chain's first step, with the

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gpunode.errors import GpunodeError
+from gpunode.host_settings import settings_of
 from gpunode.settings import NodeSettings
 
 
@@ -31,7 +32,8 @@ class Target:
 
     @property
     def settings(self) -> NodeSettings:
-        return NodeSettings.from_data(self.data)
+        """The node's settings, from the host's data parsed once (``gpunode.host_settings``)."""
+        return settings_of(self).node
 
 
 def inventory_error(path: str, error: Exception) -> GpunodeError:

@@ -1,0 +1,53 @@
+"""One host's inventory data parsed once into typed settings, kept on the host for the rest of the run.
+
+The edge (a deploy's step, verify's and doctor's targets, the preflight, migrate) calls :func:`settings_of` on
+the host it holds; everything below takes the parsed object it is handed, so no floor re-reads ``host.data``.
+A value that does not parse raises the schema's error (its key and what is allowed) at the first call and at
+every later one: a bad host stays bad, and only that host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.labels import LabelSettings
+from gpunode.cluster.manifests import ManifestSettings
+from gpunode.image.push import Registry
+from gpunode.inventory_data import read
+from gpunode.settings import NodeSettings
+
+ATTRIBUTE = "gpunode_settings"  # the attribute of the host object (pyinfra's Host, verify's Target) that holds it
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """Everything gpunode reads from one host's inventory data, by the part of the chain that uses it."""
+
+    node: NodeSettings
+    cluster: ClusterSettings
+    labels: LabelSettings
+    manifests: ManifestSettings
+    registry: Registry  # how gpunode itself reaches the plugin image's registry (CA folder, pull user)
+    max_unavailable: int
+
+    @classmethod
+    def from_data(cls, data: Any) -> HostSettings:
+        """Parse pyinfra host data (a mapping or HostData), each value checked by its schema."""
+        cert_dir = read(data, "plugin_registry_cert_dir")
+        registry = Registry(Path(cert_dir).expanduser() if cert_dir else None,
+                            read(data, "plugin_registry_username") or None,
+                            read(data, "plugin_registry_password") or None)
+        return cls(NodeSettings.from_data(data), ClusterSettings.from_data(data), LabelSettings.from_data(data),
+                   ManifestSettings.from_data(data), registry, read(data, "max_unavailable"))
+
+
+def settings_of(holder: Any) -> HostSettings:
+    """The settings of a host object with a ``data`` attribute, parsed on first use and kept on it."""
+    found = getattr(holder, ATTRIBUTE, None)
+    if found is None:
+        found = HostSettings.from_data(holder.data)
+        setattr(holder, ATTRIBUTE, found)
+    return found
