@@ -27,6 +27,8 @@ from gpunode.connection import Connections, Unreachable
 from .conftest import gpunode
 from .fleet_ssh import ssh, ssh_ok
 
+pytestmark = pytest.mark.fleet
+
 INVENTORY = "inventories/sim.py"
 NODE = "node03"
 SUDOERS_FILE = f"/etc/sudoers.d/{SIM_USER}"
@@ -123,7 +125,7 @@ def test_the_preflight_is_ready_on_the_fleet_and_names_the_sudo_password_it_lack
     sudo_policy(ASKS_PASSWORD)
     code, checks = check(fleet)
     assert code == 1
-    assert checks[(NODE, "sudo")]["state"] == "problem"
+    assert checks[(NODE, "sudo")]["state"] == "finding"
     assert "a password is required" in checks[(NODE, "sudo")]["detail"]
     assert "_sudo_password" in checks[(NODE, "sudo")]["fix"]
     assert checks[("node01", "sudo")]["state"] == "ok"  # one host's surprise is that host's alone
@@ -134,7 +136,7 @@ def test_the_preflight_is_ready_on_the_fleet_and_names_the_sudo_password_it_lack
 def test_the_preflight_names_each_permission_the_identity_lacks(fleet: dict, without_node_patch: None) -> None:
     code, checks = check(fleet, "--limit", "node01")
     permissions = next(c for (subject, name), c in checks.items() if name == "permissions")
-    assert code == 1 and permissions["state"] == "problem"
+    assert code == 1 and permissions["state"] == "finding"
     assert permissions["detail"].startswith("1 of ") and "denied: patch nodes" in permissions["detail"], permissions
 
 

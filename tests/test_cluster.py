@@ -17,7 +17,7 @@ from gpunode_sim.spec.profiles import load_profile
 from gpunode.cluster.labels import LabelSettings, gpu_labels, sanitise_product
 from gpunode.cluster.manifests import ManifestSettings, documents, render
 from gpunode.cluster.plugin_config import expected_offer, parse_plugin_config
-from gpunode.diagnosis import Severity
+from gpunode.diagnosis import Verdict
 from gpunode.diagnosis import device_plugin as plugin_diagnosis
 from gpunode.diagnosis import labels as label_diagnosis
 from gpunode.errors import GpunodeError
@@ -197,8 +197,8 @@ def test_label_keys_come_from_fields_v1() -> None:
 ])
 def test_labels_diagnosis(state: NodeLabelsState, codes: list[str], applied: dict | None) -> None:
     findings = label_diagnosis.diagnose(state, WANT)
-    assert [f.code for f in findings if f.severity is not Severity.OK] == codes
-    proofs = [f for f in findings if f.severity is Severity.OK]
+    assert [f.code for f in findings if f.state is not Verdict.OK] == codes
+    proofs = [f for f in findings if f.state is Verdict.OK]
     if "labels-stale" in codes or "node-missing" in codes:
         assert proofs == []
     else:  # the proof quotes the labels as read from the Node
@@ -264,7 +264,7 @@ def test_device_plugin_selector_evidence_is_what_was_read() -> None:
 def test_device_plugin_proof_when_every_gpu_is_offered() -> None:
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "4"})
     findings = plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")
-    assert [f.severity for f in findings] == [Severity.OK]
+    assert [f.state for f in findings] == [Verdict.OK]
     assert "kubectl get node n1 -o jsonpath='{.status.allocatable}': nvidia.com/gpu=4" in findings[0].evidence
     assert "pod ns/p-1: Running, ready=true, restarts=0" in findings[0].evidence
 
@@ -276,7 +276,7 @@ def test_time_slicing_is_not_blamed_on_xids() -> None:
     offer = expected_offer([{"index": i} for i in range(4)], "none", config)
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "16"})
     findings = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
-    assert [f.severity for f in findings] == [Severity.OK] and "x 4 replicas" in " ".join(findings[0].evidence)
+    assert [f.state for f in findings] == [Verdict.OK] and "x 4 replicas" in " ".join(findings[0].evidence)
     assert [f.code for f in plugin_diagnosis.diagnose(ROLLED, READY, node, FOUR, "ns")] == ["offers-more"]
 
 
@@ -291,7 +291,7 @@ def test_mig_makes_the_count_not_checked_instead_of_wrong() -> None:
     offer = expected_offer([{"index": 0, "mig_mode": "Enabled"}], "mixed", None)
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/mig-1g.5gb": "7"})
     findings = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
-    assert [(f.severity, f.code) for f in findings] == [(Severity.SKIP, "count-unknown")]
+    assert [(f.state, f.code) for f in findings] == [(Verdict.NOT_CHECKED, "count-unknown")]
     assert "kubectl get node n1: allocatable nvidia.com/mig-1g.5gb=7" in findings[0].evidence
 
 
@@ -335,7 +335,7 @@ def test_a_crash_looping_plugin_on_a_mig_node_is_never_not_checked() -> None:
     said = "mig-strategy single: every MIG-enabled GPU needs at least one MIG device"
     pod = PluginPodState("n1", "p-1", "Running", False, "CrashLoopBackOff", 4, 1, (said,))
     findings = plugin_diagnosis.diagnose(ROLLED, pod, node, offer, "ns")
-    assert [(f.severity, f.code) for f in findings] == [(Severity.FAIL, "plugin-crashloop")]
+    assert [(f.state, f.code) for f in findings] == [(Verdict.FINDING, "plugin-crashloop")]
     assert f"log: {said}" in findings[0].evidence and "nvidia-smi mig -cgi" in findings[0].fix
     healthy = plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")
     assert [f.code for f in healthy] == ["count-unknown"]  # a ready plugin: the count alone is what is unknown
@@ -374,7 +374,7 @@ def test_mig_single_counts_the_mig_devices_nvidia_smi_lists() -> None:
     offer = expected_offer(gpus, "single", None)
     assert (offer.resource, offer.count) == ("nvidia.com/gpu", 14) and "14 MIG device(s)" in offer.basis
     node = NodeLabelsState("n1", True, {}, allocatable={"nvidia.com/gpu": "14"})
-    assert [f.severity for f in plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")] == [Severity.OK]
+    assert [f.state for f in plugin_diagnosis.diagnose(ROLLED, READY, node, offer, "ns")] == [Verdict.OK]
     assert expected_offer(gpus, "mixed", None).count is None  # one count cannot hold several profiles
     assert expected_offer([{k: v for k, v in g.items() if k != "mig_devices"} for g in gpus], "single",
                           None).count is None  # not listed: unknown, never guessed
@@ -407,7 +407,7 @@ def test_a_failing_plugin_link_quotes_the_nodes_own_warning_events() -> None:
                                    "kubelet: Rebooted: Node node01 has been rebooted, boot id: 7c1e"),
                         "node02": ("kubelet: SystemOOM: System OOM encountered, victim process: python3, pid: 4242",)}
     ok = plugin_diagnosis.proven("device_plugin", "node01 offers its 8 nvidia.com/gpu", ["count"])
-    failed = plugin_diagnosis.Finding("device_plugin", Severity.FAIL, "node01 offers 0", ["count"], "fix", "x")
+    failed = plugin_diagnosis.Finding("device_plugin", Verdict.FINDING, "node01 offers 0", ["count"], "fix", "x")
     quoted = plugin_diagnosis.with_node_warnings([failed, ok], "node01", warnings["node01"])
     assert quoted[0].evidence == ["count", f"Warning event on node node01 (kubelet: CgroupV1: {cgroup})",
                                   "Warning event on node node01 (kubelet: Rebooted: Node node01 has been rebooted, "

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpunode import gpu_generations
-from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis import Verdict, failures
 from gpunode.diagnosis import driver as driver_diagnosis
 from gpunode.diagnosis import runtime as runtime_diagnosis
 from gpunode.diagnosis import toolkit as toolkit_diagnosis
@@ -135,7 +135,7 @@ def test_driver_diagnosis(changes: dict, settings: dict, expected: list[str]) ->
 def test_cpu_only_host_is_skipped_not_failed() -> None:
     state = driver_state(smi={"rc": 127, "output": [], "gpus": []}, module_version=None, devices=[], modules=[])
     findings = driver_diagnosis.diagnose(state, NodeSettings())
-    assert [f.severity for f in findings] == [Severity.SKIP]
+    assert [f.state for f in findings] == [Verdict.NOT_CHECKED]
 
 
 @pytest.mark.parametrize(("name", "cap", "family"), [
@@ -170,7 +170,7 @@ def test_toolkit_repo_diagnosis(state: dict, expected: list[str]) -> None:
     for finding, text in zip(failed, expected, strict=True):
         assert text in finding.what
     if not expected:  # the proof quotes the key and the line as read
-        assert findings[-1].severity is Severity.OK
+        assert findings[-1].state is Verdict.OK
         assert any(state["keyring_fingerprints"][0] in line for line in findings[-1].evidence)
         assert any(GOOD_LIST[0] in line for line in findings[-1].evidence)
 
@@ -193,7 +193,7 @@ def test_toolkit_diagnosis(versions: dict, held: list, hold: bool, expected: lis
     failed = failures(findings)
     assert [e for e, f in zip(expected, failed, strict=True) if e in f.what] == expected
     if not expected:
-        assert findings[-1].severity is Severity.OK
+        assert findings[-1].state is Verdict.OK
         assert findings[-1].evidence[:4] == [
             f"dpkg-query: {name} {versions[name]} ({'' if name in held else 'not '}held)" for name in sorted(versions)]
 

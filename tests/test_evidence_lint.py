@@ -61,7 +61,7 @@ def violations(source: str, filename: str) -> list[str]:
 
 
 def test_the_rule_catches_a_constant_evidence_line() -> None:
-    sample = ('Finding("s", Severity.FAIL, "what", [f"{x}: read", "(the selector wants true)"], "fix")\n'
+    sample = ('Finding("s", Verdict.FINDING, "what", [f"{x}: read", "(the selector wants true)"], "fix")\n'
               'proven("s", "what", [f"plain {value}", f"no field"])\n')
     assert [v.split(": ", 1)[1] for v in violations(sample, "sample.py")] == [
         "'(the selector wants true)'", "f'no field'"]

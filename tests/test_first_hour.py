@@ -31,12 +31,12 @@ def test_verify_prints_one_line_for_an_unreachable_host(inventory: Path, tmp_pat
     result = gpunode("verify", str(inventory), "--json", str(tmp_path / "v.json"), "--junit-xml",
                      str(tmp_path / "v.xml"), env=env(), check=False)
     assert result.returncode == 1
-    failures = [line for line in result.stdout.splitlines() if line.startswith("FAIL ")]
-    assert failures == ["FAIL dead-node driver: cannot reach dead-node: Could not connect ([Errno None] Unable to "
+    failures = [line for line in result.stdout.splitlines() if line.startswith("FINDING ")]
+    assert failures == ["FINDING dead-node driver: cannot reach dead-node: Could not connect ([Errno None] Unable to "
                         "connect to port 1 on 127.0.0.1)"], result.stdout + result.stderr[-3000:]
     assert len(result.stdout) < 800, result.stdout  # was 39 KB: testinfra's repr once per step
     steps = json.loads((tmp_path / "v.json").read_text())["hosts"]["dead-node"]
-    assert [s["outcome"] for s in steps.values()] == ["fail", "skip", "skip", "skip", "skip", "skip"]
+    assert [s["state"] for s in steps.values()] == ["finding"] + ["not checked"] * 5
     assert (tmp_path / "v.xml").read_text().count("<failure") == 1
 
 
@@ -89,8 +89,8 @@ def test_check_stops_at_a_typo_before_connecting(inventory: Path) -> None:
 def test_check_names_the_dead_host_and_the_missing_kubeconfig(inventory: Path) -> None:
     result = gpunode("check", str(inventory), env=env(), check=False)
     assert result.returncode == 1
-    assert "PROBLEM      dead-node: ssh: cannot reach dead-node: Could not connect" in result.stdout
-    assert "PROBLEM      cluster " in result.stdout and "kubeconfig: no kubeconfig at" in result.stdout
+    assert "FINDING      dead-node: ssh: cannot reach dead-node: Could not connect" in result.stdout
+    assert "FINDING      cluster " in result.stdout and "kubeconfig: no kubeconfig at" in result.stdout
 
 
 def test_deploy_refuses_bad_data_before_connecting(inventory: Path) -> None:

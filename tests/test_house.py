@@ -185,3 +185,21 @@ def test_inventory_data_is_parsed_in_one_place() -> None:
     parsing = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if "scaffold" not in p.parts and ".from_data(" in p.read_text())
     assert parsing == ["host_settings.py"], parsing
+
+
+def test_one_verdict_vocabulary_from_diagnosis_to_every_report() -> None:
+    """ok / finding / not checked: the findings, verify's steps, doctor's links and the preflight's lines."""
+    from pathlib import Path
+
+    from gpunode.diagnosis import Verdict
+    from gpunode.doctor import Link
+    from gpunode.preflight import FINDING, NOT_CHECKED, OK
+    from gpunode.verify.checks import StepResult
+
+    assert [str(v) for v in Verdict] == ["ok", "finding", "not checked"]
+    assert {OK, FINDING, NOT_CHECKED} == set(Verdict)
+    for kind in (StepResult, Link):
+        assert kind.__dataclass_fields__["state"].type == "Verdict", kind
+    source = "\n".join(p.read_text() for p in (Path(__file__).parents[1] / "src/gpunode").rglob("*.py"))
+    for other in ("Severity", '"outcome"', '"pass"', '"skip"', '"problem"'):
+        assert other not in source, other

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis import Verdict, failures
 from gpunode.diagnosis.pods import ContainerView, NodeView, PodView, diagnose, holders
 
 GPU_SPEC = {"nodeName": "n1", "runtimeClassName": "nvidia",
@@ -56,7 +56,7 @@ LISTED = ("GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-6b0ba8e2-6c9e-4b4e-b1c4-2f7e5
 
 def test_a_healthy_gpu_pod_is_ok_only_with_proof_of_each_link() -> None:
     findings = diagnose(pod(phase="Succeeded", log=LISTED, containers=DONE), NODES, RUNNING)
-    assert [(f.step, f.severity) for f in findings] == [("pod", Severity.OK), ("pod GPUs", Severity.OK)]
+    assert [(f.step, f.state) for f in findings] == [("pod", Verdict.OK), ("pod GPUs", Verdict.OK)]
     assert "container c: terminated (Completed), exit code 0, ready=false, restarts=0" in findings[0].evidence
     assert f"container output: {LISTED.splitlines()[1]}" in findings[1].evidence
 
@@ -92,7 +92,7 @@ def test_a_pod_is_not_ok_without_proof(view: PodView, code: str, phrase: str) ->
 def test_whether_the_container_saw_its_gpus_is_not_checked_without_its_output() -> None:
     findings = diagnose(pod(phase="Running", containers=(ContainerView("c", "running", ready=True),), log="hi\n"),
                         NODES, RUNNING)
-    assert [(f.severity, f.code) for f in findings] == [(Severity.OK, "ok"), (Severity.SKIP, "gpus-not-shown")]
+    assert [(f.state, f.code) for f in findings] == [(Verdict.OK, "ok"), (Verdict.NOT_CHECKED, "gpus-not-shown")]
     assert "nvidia-smi -L" in findings[1].fix
 
 

@@ -11,10 +11,10 @@ from gpunode.cluster.rbac import Rule
 from gpunode.connection import Reply, Unreachable
 from gpunode.errors import GpunodeError
 from gpunode.preflight import (
+    FINDING,
     NOT_CHECKED,
     OK,
     PROBE_MARK,
-    PROBLEM,
     Preflight,
     check_cluster,
     check_plugin_image,
@@ -65,12 +65,12 @@ def test_a_ready_debian_host_is_ok_with_what_proved_each_line() -> None:
 ])
 def test_each_host_problem_is_named_with_its_fix(changes: dict, data: dict, name: str, words: str) -> None:
     state, detail, fix = judged(reply(**changes), **data)[name]
-    assert state == PROBLEM and words in detail and fix, (detail, fix)
+    assert state == FINDING and words in detail and fix, (detail, fix)
 
 
 def test_an_unreachable_host_is_one_line_and_sudo_refused_is_sudo() -> None:
     lines = judged(Unreachable("cannot reach gpu-1: timed out", "check SSH", "unreachable"))
-    assert list(lines) == ["ssh"] and lines["ssh"][0] == PROBLEM
+    assert list(lines) == ["ssh"] and lines["ssh"][0] == FINDING
     lines = judged(Unreachable("sudo refused for user sre on host gpu-1: sudo: a password is required",
                                "give _sudo_password", "sudo-refused"))
     assert list(lines) == ["sudo"] and "a password is required" in lines["sudo"][1]
@@ -100,7 +100,7 @@ def test_every_permission_is_asked_and_the_denied_ones_are_named(tmp_path: Path)
     lines = {c.name: c for c in report.checks}
     assert lines["api"].state == OK
     assert ("pods/eviction", "create", None) in asked and ("daemonsets", "patch", "gpunode-system") in asked
-    assert lines["permissions"].state == PROBLEM
+    assert lines["permissions"].state == FINDING
     assert "2 of" in lines["permissions"].detail
     assert "create pods/eviction, patch daemonsets in gpunode-system" in lines["permissions"].detail
     assert "--rbac" in lines["permissions"].fix
@@ -111,24 +111,24 @@ def test_no_kubeconfig_and_a_dead_api_are_problems_and_permissions_not_checked(t
 
     report = Preflight()
     check_cluster(report, ClusterSettings(kubeconfig=str(tmp_path / "missing")), "ns")
-    assert [(c.name, c.state) for c in report.checks] == [("kubeconfig", PROBLEM), ("permissions", NOT_CHECKED)]
+    assert [(c.name, c.state) for c in report.checks] == [("kubeconfig", FINDING), ("permissions", NOT_CHECKED)]
 
     def down(rule: Rule, verb: str, namespace: str | None) -> bool:
         raise GpunodeError("ask the API: cannot reach the Kubernetes API at https://127.0.0.1:6443", "start it")
 
     report = Preflight()
     check_cluster(report, cluster(tmp_path), "ns", down)
-    assert [(c.name, c.state) for c in report.checks] == [("api", PROBLEM), ("permissions", NOT_CHECKED)]
-    assert not report.ready and "not ready: 1 problem(s)" in render(report)
+    assert [(c.name, c.state) for c in report.checks] == [("api", FINDING), ("permissions", NOT_CHECKED)]
+    assert not report.ready and "not ready: 1 finding(s)" in render(report)
 
 
 @pytest.mark.parametrize(("image", "answer", "state", "words"), [
-    ("gpunode-device-plugin:0.1.0", None, PROBLEM, "names no registry"),
+    ("gpunode-device-plugin:0.1.0", None, FINDING, "names no registry"),
     ("registry.example/gpu/plugin:1", "sha256:" + "0" * 64, OK, "the registry has it: sha256:000"),
     ("registry.example/gpu/plugin:1", GpunodeError("reading registry.example/gpu/plugin:1 from its registry failed: "
                                                    "reading manifest 1 in registry.example/gpu/plugin: manifest "
                                                    "unknown: manifest unknown", "push it"),
-     PROBLEM, "manifest unknown"),
+     FINDING, "manifest unknown"),
     ("registry.example/gpu/plugin:1", GpunodeError("reading registry.example/gpu/plugin:1 from its registry failed: "
                                                    "dial tcp: lookup registry.example: no such host"),
      NOT_CHECKED, "cannot be read from this machine"),
@@ -145,7 +145,7 @@ def test_the_plugin_image_is_checked_in_its_registry(monkeypatch: pytest.MonkeyP
     check_plugin_image(report, image, {})
     [line] = report.checks
     assert (line.subject, line.name, line.state) == ("plugin image", image, state) and words in line.detail
-    assert line.fix or state != PROBLEM
+    assert line.fix or state != FINDING
 
 
 def test_a_link_not_checked_is_said_and_does_not_stop_a_deploy_by_itself() -> None:
@@ -155,5 +155,5 @@ def test_a_link_not_checked_is_said_and_does_not_stop_a_deploy_by_itself() -> No
                "its registry cannot be read from this machine: no such host")
     assert report.ready
     assert render(report).splitlines()[-1] == "ready for a deploy; 1 not checked from here (above, with why)"
-    report.add("node02", "ssh", PROBLEM, "cannot reach node02", "check SSH")
-    assert not report.ready and render(report).splitlines()[-1].startswith("not ready: 1 problem(s); 1 not checked")
+    report.add("node02", "ssh", FINDING, "cannot reach node02", "check SSH")
+    assert not report.ready and render(report).splitlines()[-1].startswith("not ready: 1 finding(s); 1 not checked")

@@ -43,7 +43,7 @@ def verify(fleet: dict, tmp_path: Path, *args: str) -> tuple[subprocess.Complete
 
 def failing(results: dict) -> dict[tuple[str, str], str]:
     return {(host, step): r["reason"] for host, steps in results["hosts"].items() for step, r in steps.items()
-            if r["outcome"] == "fail"}
+            if r["state"] == "finding"}
 
 
 def test_bootstrap_configures_gpu_nodes_and_reports_the_cpu_node(fleet: dict, tmp_path: Path) -> None:
@@ -113,7 +113,7 @@ def test_verify_passes_with_junit_json_and_html(fleet: dict, tmp_path: Path) -> 
     result, results = verify(fleet, tmp_path, "--junit-xml", str(junit), "--html", str(html))
     assert result.returncode == 0, result.stdout + result.stderr
     assert failing(results) == {}
-    assert results["hosts"]["node03"]["driver"]["outcome"] == "skip"
+    assert results["hosts"]["node03"]["driver"]["state"] == "not checked"
     assert 'tests="18"' in junit.read_text() and 'failures="0"' in junit.read_text()
     assert "node01" in html.read_text() and "<table>" in html.read_text()
     assert "node01  pass          pass          pass          pass          pass          pass" in result.stdout
@@ -183,7 +183,7 @@ def test_breaking_one_step_fails_exactly_there_and_bootstrap_repairs_it(
     also = {(node, "device_plugin")} if breakage == "systemctl stop docker" else set()
     assert (node, step) in failing(results) and set(failing(results)) - {(node, step)} <= also, failing(results)
     assert reason in failing(results)[(node, step)]
-    assert any(line.startswith(f"FAIL {node} {step}: ") and reason in line for line in result.stdout.splitlines())
+    assert any(line.startswith(f"FINDING {node} {step}: ") and reason in line for line in result.stdout.splitlines())
     repaired, _ = deploy(fleet, tmp_path)
     assert repaired.returncode == 0, repaired.stderr[-3000:]
     again, results = verify(fleet, tmp_path)

@@ -25,12 +25,12 @@ def verify_local(tmp_path: Path, gpu_required: bool) -> tuple[subprocess.Complet
 def test_a_host_without_gpu_is_skipped_or_failed_as_the_inventory_says(tmp_path: Path) -> None:
     result, results = verify_local(tmp_path, gpu_required=False)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert results["hosts"]["@local"]["driver"]["outcome"] == "skip"
+    assert results["hosts"]["@local"]["driver"]["state"] == "not checked"
     labels = results["hosts"]["@local"]["labels"]
-    assert (labels["outcome"], labels["reason"]) == ("skip", "cluster_steps = False")
+    assert (labels["state"], labels["reason"]) == ("not checked", "cluster_steps = False")
     assert "CPU-only host" in result.stdout
     required, results = verify_local(tmp_path, gpu_required=True)
     assert required.returncode == 1
     assert results["hosts"]["@local"]["driver"]["reason"].startswith("no NVIDIA driver is installed")
-    assert results["hosts"]["@local"]["toolkit"] == {"outcome": "skip", "state": "not checked", "proof": [],
+    assert results["hosts"]["@local"]["toolkit"] == {"state": "not checked", "proof": [],
                                                      "reason": "the driver step failed", "findings": []}

@@ -121,9 +121,9 @@ def test_the_deploy_never_adds_a_second_registrar_and_says_which_daemonset_serve
     assert code == 0  # in sync: leaving NVIDIA's node alone is the plan, not drift
     _, results = verify(fleet, tmp_path)
     device_plugin = results["hosts"]["node01"]["device_plugin"]
-    assert device_plugin["outcome"] == "skip"
+    assert device_plugin["state"] == "not checked"
     assert "served by NVIDIA's device plugin kube-system/nvidia-device-plugin-daemonset" in device_plugin["reason"]
-    assert results["hosts"]["node01"]["labels"]["outcome"] == "pass"
+    assert results["hosts"]["node01"]["labels"]["state"] == "ok"
 
 
 def test_two_registrars_on_one_node_are_named_with_the_other_daemonset(fleet: dict, served_by_nvidia: None) -> None:

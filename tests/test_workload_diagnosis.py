@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gpunode.diagnosis import Severity
+from gpunode.diagnosis import Verdict
 from gpunode.diagnosis.workloads import QuotaView, WorkloadView, diagnose
 from gpunode.facts.workloads import kind_of
 
@@ -40,7 +40,7 @@ def view(**changes: object) -> WorkloadView:
 ])
 def test_a_workload_without_pods_gets_its_refusal_named(workload: WorkloadView, code: str, said: str) -> None:
     findings = diagnose(workload)
-    assert [(f.severity, f.code) for f in findings] == [(Severity.FAIL, code)]
+    assert [(f.state, f.code) for f in findings] == [(Verdict.FINDING, code)]
     assert said in " | ".join(findings[0].evidence), findings[0].evidence
     assert findings[0].fix and not re.search(r"\{(ns|kind|name)\}", findings[0].fix)  # every placeholder filled
 

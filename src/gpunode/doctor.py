@@ -22,7 +22,7 @@ from lightkube.resources.node_v1 import RuntimeClass
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import RUNTIME_CLASS
-from gpunode.diagnosis import Finding, Severity, pods
+from gpunode.diagnosis import Finding, Verdict, pods
 from gpunode.diagnosis import workloads as workload_diagnosis
 from gpunode.errors import GpunodeError
 from gpunode.facts import workloads
@@ -53,17 +53,16 @@ class Link:
     """One link of a subject's chain as doctor saw it: ok (with proof), a finding, or not checked (with why)."""
 
     name: str
-    state: str  # "ok", "finding" or "not checked"
+    state: Verdict  # ok (with its proof), a finding, or not checked (with why)
     what: str
     evidence: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict:
-        return {"link": self.name, "state": self.state, "what": self.what, "evidence": list(self.evidence)}
+        return {"link": self.name, "state": str(self.state), "what": self.what, "evidence": list(self.evidence)}
 
 
 def link_of(finding: Finding, name: str | None = None) -> Link:
-    state = {Severity.OK: "ok", Severity.SKIP: "not checked"}.get(finding.severity, "finding")
-    return Link(name or finding.step, state, finding.what, list(finding.evidence))
+    return Link(name or finding.step, finding.state, finding.what, list(finding.evidence))
 
 
 @dataclass
@@ -82,9 +81,9 @@ def first_broken(host: str, verification: Verification) -> Problem | None:
         return Problem(host, verification.errors[host])
     for step in STEPS:
         result = verification.result(host, step)
-        if result.outcome == "fail" and not cluster_unreadable(result):  # that one is the cluster's, named once
-            finding = next((f for f in result.findings if f.severity is Severity.FAIL), None)
-            return Problem(host, finding or Finding(step, Severity.FAIL, result.reason))
+        if result.state is Verdict.FINDING and not cluster_unreadable(result):  # that one is the cluster's, named once
+            finding = next((f for f in result.findings if f.state is Verdict.FINDING), None)
+            return Problem(host, finding or Finding(step, Verdict.FINDING, result.reason))
     return None
 
 
@@ -97,21 +96,21 @@ def host_links(host: str, verification: Verification) -> list[Link]:
     """Each step's verdict for ``host`` as a link: its proof, its first failure, or why it was not checked."""
     if host in verification.errors:
         error = verification.errors[host]
-        return [Link(error.step, "finding", error.what, list(error.evidence)),
-                *(Link(step, "not checked", "the host could not be read") for step in STEPS)]
+        return [Link(error.step, Verdict.FINDING, error.what, list(error.evidence)),
+                *(Link(step, Verdict.NOT_CHECKED, "the host could not be read") for step in STEPS)]
     links = []
     for step in STEPS:
         result = verification.result(host, step)
-        if result.outcome == "pass":
-            links.append(Link(step, "ok", result.reason, result.proof))
+        if result.state is Verdict.OK:
+            links.append(Link(step, Verdict.OK, result.reason, result.proof))
         elif cluster_unreadable(result):
-            links.append(Link(step, "not checked", f"the Kubernetes API could not be read: {result.reason}"))
-        elif result.outcome == "fail":
+            links.append(Link(step, Verdict.NOT_CHECKED, f"the Kubernetes API could not be read: {result.reason}"))
+        elif result.state is Verdict.FINDING:
             first = result.findings[0] if result.findings else None
-            links.append(Link(step, "finding", result.reason, list(first.evidence) if first else []))
+            links.append(Link(step, Verdict.FINDING, result.reason, list(first.evidence) if first else []))
         else:
             evidence = [line for f in result.findings for line in f.evidence]
-            links.append(Link(step, "not checked", result.reason, evidence))
+            links.append(Link(step, Verdict.NOT_CHECKED, result.reason, evidence))
     return links
 
 
@@ -120,11 +119,11 @@ def cpu_node_plugin(host: str, settings: ClusterSettings, namespace: str, node_n
     """A device-plugin pod on a CPU node: the DaemonSet lost its GPU nodeSelector (runbook failure 4)."""
     pod = cluster.plugin_pod(settings, namespace, node_name)
     if not pod.exists:
-        return Link("no plugin on a CPU node", "ok", f"no device-plugin pod runs on the CPU node {node_name}",
+        return Link("no plugin on a CPU node", Verdict.OK, f"no device-plugin pod runs on the CPU node {node_name}",
                     [f"kubectl -n {namespace} get pods -l app.kubernetes.io/name={DAEMONSET} "
                      f"--field-selector spec.nodeName={node_name}: none"])
     return Problem(host, Finding(
-        "device_plugin", Severity.FAIL, f"a device-plugin pod runs on the CPU node {node_name}"
+        "device_plugin", Verdict.FINDING, f"a device-plugin pod runs on the CPU node {node_name}"
         + (" and crash-loops (no GPU, no NVML)" if pod.waiting == "CrashLoopBackOff" else "")
         + (" and cannot start (the runtime refuses its sandbox)"
            if any(w.startswith("FailedCreatePodSandBox") for w in pod.warnings) else ""),
@@ -140,16 +139,17 @@ def runtime_class_problem(settings: ClusterSettings) -> Problem | Link:
                      lambda client: get_or_none(client, RuntimeClass, RUNTIME_CLASS))
     if found is not None and found.handler != RUNTIME_CLASS:
         return Problem("cluster", Finding(
-            "device_plugin", Severity.FAIL, f'the RuntimeClass "{RUNTIME_CLASS}" names the handler {found.handler!r}, '
+            "device_plugin", Verdict.FINDING,
+            f'the RuntimeClass "{RUNTIME_CLASS}" names the handler {found.handler!r}, '
             f'but gpunode configures the runtime as "{RUNTIME_CLASS}": its pods cannot start',
             [f"kubectl get runtimeclass {RUNTIME_CLASS}: handler {found.handler}"],
             "re-run deploys/device_plugin.py (it applies the RuntimeClass with handler nvidia)",
             "runtimeclass-handler-wrong"))
     if found is not None:
-        return Link("runtimeclass", "ok", f'the RuntimeClass "{RUNTIME_CLASS}" exists',
+        return Link("runtimeclass", Verdict.OK, f'the RuntimeClass "{RUNTIME_CLASS}" exists',
                     [f"kubectl get runtimeclass {RUNTIME_CLASS}: handler {found.handler}"])
     return Problem("cluster", Finding(
-        "device_plugin", Severity.FAIL, 'the RuntimeClass "nvidia" does not exist: pods with runtimeClassName: '
+        "device_plugin", Verdict.FINDING, 'the RuntimeClass "nvidia" does not exist: pods with runtimeClassName: '
         "nvidia are rejected and pods without it get no GPU (nvidia is not the default runtime)",
         [f"kubectl get runtimeclass {RUNTIME_CLASS}: NotFound"],
         "re-run deploys/device_plugin.py (it applies the RuntimeClass), or set nvidia_runtime_default = True and "
@@ -270,13 +270,13 @@ def nvidia_default_of(node: str, verification: Verification) -> bool | None:
     for host, target in verification.targets.items():
         facts = verification.facts.get(host, {})
         if (facts.get("hostname") or host) == node and host in verification.verdicts:
-            if verification.result(host, "runtime").outcome == "pass":
+            if verification.result(host, "runtime").state is Verdict.OK:
                 return settings_of(target).node.nvidia_runtime_default
     return None
 
 
 def unreadable_finding(error: GpunodeError) -> Finding:
-    return Finding("api", Severity.FAIL, error.problem, [], error.fix or "", CLUSTER_UNREADABLE)
+    return Finding("api", Verdict.FINDING, error.problem, [], error.fix or "", CLUSTER_UNREADABLE)
 
 
 def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str] | None = None,
@@ -302,13 +302,14 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
                                         for step in CLUSTER_STEPS)), None) if host in verification.verdicts else None
         if unreadable is not None:
             cluster_error = cluster_error or unreadable
-        elif problem is None and settings.cluster_steps and verification.result(host, "driver").outcome == "skip":
+        elif (problem is None and settings.cluster_steps
+              and verification.result(host, "driver").state is Verdict.NOT_CHECKED):
             try:
                 checked = cpu_node_plugin(host, settings, parsed.manifests.namespace, settings.k8s_node_name
                                           or facts.get("hostname") or host, verification.cluster)
             except GpunodeError as error:
                 cluster_error = cluster_error or unreadable_finding(error)
-                checked = Link("no plugin on a CPU node", "not checked", f"the Kubernetes API could not be read: "
+                checked = Link("no plugin on a CPU node", Verdict.NOT_CHECKED, f"the Kubernetes API could not be read: "
                                f"{error.problem}")
             if isinstance(checked, Link):
                 links.append(checked)
@@ -320,8 +321,8 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
             report.problems.append(problem)
             report.nodes[host] = f"BROKEN at {problem.finding.step}"
         else:
-            gpu = verification.result(host, "driver").outcome == "pass"
-            unchecked = [link.name for link in links if link.state == "not checked"]
+            gpu = verification.result(host, "driver").state is Verdict.OK
+            unchecked = [link.name for link in links if link.state is Verdict.NOT_CHECKED]
             report.nodes[host] = ("ok: every link from the driver to allocatable GPUs holds" if gpu else
                                   "ok: CPU-only (no GPU labels, no device plugin)") + (
                 f"; not checked: {', '.join(unchecked)}" if gpu and unchecked else "")
@@ -348,11 +349,11 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
         subject = f"pod {pod}"
         findings = pod_findings(pod, cluster, verification)
         report.links[subject] = [link_of(f) for f in findings]
-        broken = [f for f in findings if f.severity is Severity.FAIL]
+        broken = [f for f in findings if f.state is Verdict.FINDING]
         if broken:
             report.problems.append(Problem(subject, broken[0]))
         else:
-            report.nodes[subject] = "; ".join(f"{'ok' if f.severity is Severity.OK else 'not checked'}: {f.what}"
+            report.nodes[subject] = "; ".join(f"{'ok' if f.state is Verdict.OK else 'not checked'}: {f.what}"
                                               for f in findings)
     verification.connections.close()
     return report

@@ -10,7 +10,7 @@ In order, each stage only when the one before it passed (a later check on a brok
 3. per cluster (the kubeconfig and context of the hosts' data): the kubeconfig, the API server, and every
    permission gpunode needs (``gpunode.cluster.rbac``), each asked with a SelfSubjectAccessReview.
 
-Every line is ok with what proved it, a problem with the fix, or not checked with why.
+Every line is ok with what proved it, a finding with the fix, or not checked with why (doctor's words).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from gpunode.cluster.client import ClusterSettings, api_call
 from gpunode.cluster.rbac import Rule, cluster_rules, namespace_rules
 from gpunode.connection import Connections, Reply, Unreachable
+from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import settings_of
 from gpunode.image.push import Registry
@@ -29,7 +30,7 @@ from gpunode.inventory_data import check_data
 from gpunode.settings import NodeSettings
 from gpunode.verify.targets import Target, load_inventory
 
-OK, PROBLEM, NOT_CHECKED = "ok", "problem", "not checked"
+OK, FINDING, NOT_CHECKED = Verdict.OK, Verdict.FINDING, Verdict.NOT_CHECKED  # doctor's and verify's words
 PROBE_MARK = "gpunode-check:"
 PARALLEL = 20
 
@@ -40,7 +41,7 @@ class Check:
 
     subject: str  # "inventory", a host, or "cluster"
     name: str
-    state: str  # ok, problem, not checked
+    state: Verdict  # ok (with what was read), a finding (with the fix), not checked (with why)
     detail: str  # the proof for ok, the problem, or why not checked
     fix: str = ""
 
@@ -53,9 +54,9 @@ class Preflight:
     def ready(self) -> bool:
         """Nothing found wrong. A link not checked (always said, with why) does not stop a deploy by itself:
         where it could not be checked because of a problem, that problem is on its own line."""
-        return bool(self.checks) and not any(check.state == PROBLEM for check in self.checks)
+        return bool(self.checks) and not any(check.state == FINDING for check in self.checks)
 
-    def add(self, subject: str, name: str, state: str, detail: str, fix: str = "") -> None:
+    def add(self, subject: str, name: str, state: Verdict, detail: str, fix: str = "") -> None:
         self.checks.append(Check(subject, name, state, detail, fix))
 
     def as_json(self) -> dict:
@@ -98,16 +99,16 @@ def judge_host(report: Preflight, target: Target, reply: Reply | Unreachable) ->
     name = target.name
     if isinstance(reply, Unreachable):
         check = "sudo" if reply.code == "sudo-refused" else "ssh"
-        report.add(name, check, PROBLEM, reply.problem, reply.fix or "")
+        report.add(name, check, FINDING, reply.problem, reply.fix or "")
         return
     found = parse_probe(reply.stdout)
     if "uid" not in found:
-        report.add(name, "ssh", PROBLEM, f"the probe printed nothing gpunode reads (stderr: {reply.stderr[:200]!r})",
+        report.add(name, "ssh", FINDING, f"the probe printed nothing gpunode reads (stderr: {reply.stderr[:200]!r})",
                    "check that the host runs a POSIX shell for the SSH user")
         return
     report.add(name, "ssh", OK, f"connected as the inventory says and ran the probe on {name}")
     if found["uid"] != "0":
-        report.add(name, "sudo", PROBLEM, f"commands run as uid {found['uid']}, not root: gpunode installs packages "
+        report.add(name, "sudo", FINDING, f"commands run as uid {found['uid']}, not root: gpunode installs packages "
                    "and writes /etc", "set _sudo = True in the host's data (and _sudo_password if sudo asks one), "
                    "or connect as root")
         return
@@ -118,7 +119,7 @@ def judge_host(report: Preflight, target: Target, reply: Reply | Unreachable) ->
     elif found.get("dnf"):
         report.add(name, "os", OK, f"/etc/os-release: {os_name} (like {like or '-'}); dnf at {found['dnf']}")
     else:
-        report.add(name, "os", PROBLEM, f"/etc/os-release: {os_name}: neither apt-get nor dnf found",
+        report.add(name, "os", FINDING, f"/etc/os-release: {os_name}: neither apt-get nor dnf found",
                    "gpunode provisions the Debian and RHEL families (apt or dnf)")
     wanted = target.settings.container_runtime
     runtimes = {runtime: found.get(binary, "") for runtime, binary in (("containerd", "containerd"),
@@ -127,17 +128,17 @@ def judge_host(report: Preflight, target: Target, reply: Reply | Unreachable) ->
         if runtimes[wanted]:
             report.add(name, "container runtime", OK, f"container_runtime = {wanted}: {runtimes[wanted]}")
         else:
-            report.add(name, "container runtime", PROBLEM, f"container_runtime = {wanted} but "
+            report.add(name, "container runtime", FINDING, f"container_runtime = {wanted} but "
                        f"{'dockerd' if wanted == 'docker' else 'containerd'} is not installed on {name}",
                        "install it (the node's kubelet uses it), or set container_runtime to the one installed")
     elif runtimes["docker"] or runtimes["containerd"]:
         chosen = "docker" if runtimes["docker"] else "containerd"
         report.add(name, "container runtime", OK, f"container_runtime = auto: {chosen} ({runtimes[chosen]})")
     else:
-        report.add(name, "container runtime", PROBLEM, f"neither containerd nor dockerd is installed on {name}",
+        report.add(name, "container runtime", FINDING, f"neither containerd nor dockerd is installed on {name}",
                    "install the container runtime the node's kubelet uses first")
     if not found.get("curl"):
-        report.add(name, "toolkit repository", PROBLEM, f"curl is not installed on {name}: the deploy downloads the "
+        report.add(name, "toolkit repository", FINDING, f"curl is not installed on {name}: the deploy downloads the "
                    "toolkit's key with it", "install curl (apt-get install curl / dnf install curl)")
         return
     settings = target.settings
@@ -146,7 +147,7 @@ def judge_host(report: Preflight, target: Target, reply: Reply | Unreachable) ->
                 if found.get(key)]
     if failures:
         url, said = failures[0]
-        report.add(name, "toolkit repository", PROBLEM, f"{name} cannot download {url}: {said}",
+        report.add(name, "toolkit repository", FINDING, f"{name} cannot download {url}: {said}",
                    "let the host reach the repository (proxy, firewall), or point toolkit_repository_url, "
                    "toolkit_rpm_repository_url and toolkit_key_url at a mirror it reaches")
     else:
@@ -191,7 +192,7 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
     """The kubeconfig, the API and every permission, for one cluster."""
     subject = f"cluster {settings.where}"
     if not settings.kubeconfig_path.is_file():
-        report.add(subject, "kubeconfig", PROBLEM, f"no kubeconfig at {settings.kubeconfig_path}",
+        report.add(subject, "kubeconfig", FINDING, f"no kubeconfig at {settings.kubeconfig_path}",
                    "set kubeconfig in the inventory data (or KUBECONFIG), or cluster_steps = False to provision "
                    "the nodes only")
         report.add(subject, "permissions", NOT_CHECKED, "no kubeconfig")
@@ -200,7 +201,7 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
     try:
         allowed = [(rule, verb, ns, (review or _review(settings))(rule, verb, ns)) for rule, verb, ns in asks]
     except GpunodeError as error:
-        report.add(subject, "api", PROBLEM, error.problem, error.fix or "")
+        report.add(subject, "api", FINDING, error.problem, error.fix or "")
         report.add(subject, "permissions", NOT_CHECKED, "the API did not answer")
         return
     report.add(subject, "api", OK, f"the API server answered {len(asks)} SelfSubjectAccessReviews")
@@ -208,7 +209,7 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
     if denied:
         words = ", ".join(f"{verb} {rule.resource}" + (f" in {ns}" if ns else "") +
                           (f" ({', '.join(rule.names)})" if rule.names else "") for rule, verb, ns in denied)
-        report.add(subject, "permissions", PROBLEM, f"{len(denied)} of {len(asks)} permissions denied: {words}",
+        report.add(subject, "permissions", FINDING, f"{len(denied)} of {len(asks)} permissions denied: {words}",
                    "an admin applies 'gpunode render INVENTORY --rbac --subject KIND:NAME' for the identity of "
                    "this kubeconfig and context")
     else:
@@ -225,7 +226,7 @@ def check_plugin_image(report: Preflight, image: str, registry: Registry) -> Non
     try:
         split_reference(image)
     except GpunodeError:
-        report.add(subject, image, PROBLEM, f"plugin_image {image} names no registry: the nodes would pull it from "
+        report.add(subject, image, FINDING, f"plugin_image {image} names no registry: the nodes would pull it from "
                    "Docker Hub, where gpunode's image is not published",
                    "build and push it to your registry (gpunode image build; gpunode image push REGISTRY/REPO:TAG) "
                    "and set plugin_image to the reference the push prints")
@@ -237,7 +238,7 @@ def check_plugin_image(report: Preflight, image: str, registry: Registry) -> Non
         if refusal(error.problem) in ("reach", "trust") or "needs skopeo" in error.problem:
             report.add(subject, image, NOT_CHECKED, f"its registry cannot be read from this machine: {error.problem}")
         else:
-            report.add(subject, image, PROBLEM, error.problem, error.fix or "")
+            report.add(subject, image, FINDING, error.problem, error.fix or "")
         return
     report.add(subject, image, OK, f"the registry has it: {digest}")
 
@@ -263,12 +264,12 @@ def preflight(inventory: str, limit: list[str] | None = None, data: dict[str, st
     try:
         targets = load_inventory(inventory, limit, data)
     except GpunodeError as error:
-        report.add("inventory", "loads", PROBLEM, error.problem, error.fix or "")
+        report.add("inventory", "loads", FINDING, error.problem, error.fix or "")
         return report
     report.add("inventory", "loads", OK, f"{inventory}: {len(targets)} host(s)")
     problems = check_data({t.name: t.data for t in targets})
     for problem in problems:
-        report.add("inventory", f"data {problem.key}", PROBLEM,
+        report.add("inventory", f"data {problem.key}", FINDING,
                    f"{problem.what} ({'every host' if not problem.hosts else ', '.join(problem.hosts)})", problem.fix)
     if problems:
         report.add("hosts", "reachable", NOT_CHECKED, "the inventory data has problems: fix them first")
@@ -293,12 +294,12 @@ def preflight(inventory: str, limit: list[str] | None = None, data: dict[str, st
 def render(report: Preflight) -> str:
     lines = []
     for check in report.checks:
-        mark = {OK: "ok", PROBLEM: "PROBLEM", NOT_CHECKED: "not checked"}[check.state]
+        mark = {OK: "ok", FINDING: "FINDING", NOT_CHECKED: "not checked"}[check.state]
         lines.append(f"{mark:<12} {check.subject}: {check.name}: {check.detail}")
         if check.fix:
             lines.append(f"{'':<12}   fix: {check.fix}")
-    problems = sum(check.state == PROBLEM for check in report.checks)
+    problems = sum(check.state == FINDING for check in report.checks)
     unchecked = sum(check.state == NOT_CHECKED for check in report.checks)
-    lines.append(("ready for a deploy" if report.ready else f"not ready: {problems} problem(s)")
+    lines.append(("ready for a deploy" if report.ready else f"not ready: {problems} finding(s)")
                  + (f"; {unchecked} not checked from here (above, with why)" if unchecked else ""))
     return "\n".join(lines) + "\n"

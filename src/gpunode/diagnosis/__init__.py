@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 
-class Severity(StrEnum):
-    FAIL = "fail"
-    SKIP = "skip"  # not checked: the step does not apply (CPU-only host) or an earlier link is broken
-    WARN = "warn"
-    OK = "ok"  # positive evidence that the step holds: what was read, and where
+class Verdict(StrEnum):
+    """The one vocabulary of a verdict, the same from a diagnosis to doctor's and verify's text, JSON and JUnit."""
+
+    OK = "ok"  # positive evidence that the link holds: what was read, and where
+    FINDING = "finding"  # something is wrong: what, the evidence, the fix
+    NOT_CHECKED = "not checked"  # with why: the link does not apply (CPU-only host) or an earlier one is broken
 
 
 @dataclass(frozen=True)
@@ -23,11 +24,12 @@ class Finding:
     """One thing wrong, not applicable, or proven right on a host, for one step."""
 
     step: str
-    severity: Severity
+    state: Verdict
     what: str
     evidence: list[str] = field(default_factory=list)
     fix: str = ""
     code: str = ""  # stable identifier operations act on (e.g. "nvidia-runtime-missing")
+    breaks: bool = True  # False: a warning shown with the link, which it does not break (a finding all the same)
 
     def __str__(self) -> str:
         text = self.what
@@ -39,12 +41,12 @@ class Finding:
 
 
 def failures(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if f.severity is Severity.FAIL]
+    return [f for f in findings if f.state is Verdict.FINDING and f.breaks]
 
 
 def proven(step: str, what: str, evidence: list[str]) -> Finding:
     """The step holds: ``evidence`` quotes what was read that shows it (never fixed text)."""
-    return Finding(step, Severity.OK, what, evidence, code="ok")
+    return Finding(step, Verdict.OK, what, evidence, code="ok")
 
 
 def with_proof(findings: list[Finding], step: str, what: str, evidence: list[str]) -> list[Finding]:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from gpunode.cluster.labels import PLUGIN_LABEL
 from gpunode.cluster.plugin_config import GPU_RESOURCE, Offer, PluginConfig, gpu_sharing
-from gpunode.diagnosis import Finding, Severity, proven
+from gpunode.diagnosis import Finding, Verdict, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
 from gpunode.facts.labels import CORDON_REASON, NodeLabelsState
 from gpunode.image.push import refusal
@@ -101,7 +101,7 @@ def image_pull_failed(what: str, evidence: list[str], pod: PluginPodState, names
     said = " ".join([pod.waiting_message, *pod.warnings])
     told = any(w.startswith("Failed: Failed to pull image") for w in pod.warnings)  # the same words, as an event
     quoted = [f"waiting: {pod.waiting}: {pod.waiting_message}"] if pod.waiting_message and not told else []
-    return Finding(STEP, Severity.FAIL, f"{what}: the node cannot pull the device plugin's image {pod.image}",
+    return Finding(STEP, Verdict.FINDING, f"{what}: the node cannot pull the device plugin's image {pod.image}",
                    evidence + plugin_pod_evidence(pod, namespace) + quoted,
                    image_pull_fix(said, pod.image, namespace, pod.name), code="plugin-image-pull")
 
@@ -143,7 +143,7 @@ def untolerated(rollout: RolloutState, node: NodeLabelsState) -> list[str]:
 
 def two_registrars(node: str, reference: str, pod: str, namespace: str) -> Finding:
     """NVIDIA's device plugin and gpunode's both register nvidia.com/gpu on ``node``."""
-    return Finding(STEP, Severity.FAIL,
+    return Finding(STEP, Verdict.FINDING,
                    f"two nvidia.com/gpu registrars on {node}: gpunode's device plugin and NVIDIA's {reference}; the "
                    "kubelet keeps whichever registered last, so allocatable flaps as each one re-registers",
                    [f"daemonset {reference}: pod {pod} on {node}",
@@ -171,13 +171,13 @@ def not_scheduled(what: str, evidence: list[str], rollout: RolloutState, node: N
                "or label the node if that selector is meant")
     else:
         fix = f"kubectl -n {namespace} describe daemonset {DAEMONSET} (its events say why no pod is placed here)"
-    return Finding(STEP, Severity.FAIL, f"{what}: no device-plugin pod runs there",
+    return Finding(STEP, Verdict.FINDING, f"{what}: no device-plugin pod runs there",
                    evidence + selector_evidence(rollout, node, namespace), fix, code="plugin-not-scheduled")
 
 
 def cordoned(node: NodeLabelsState, evidence: list[str]) -> Finding:
     reason = node.cordon_reason
-    return Finding(STEP, Severity.FAIL, f"{node.name} is cordoned: it offers its GPUs, but no new pod is scheduled "
+    return Finding(STEP, Verdict.FINDING, f"{node.name} is cordoned: it offers its GPUs, but no new pod is scheduled "
                    "there", evidence + [f"kubectl get node {node.name}: spec.unschedulable = true",
                                         f"annotation {CORDON_REASON}: {reason}" if reason
                                         else f"annotation {CORDON_REASON}: absent (not cordoned by gpunode)"],
@@ -198,7 +198,7 @@ def exclusive_time_slicing(node: str, health: list[dict], config: PluginConfig |
     if rule is None or rule.replicas < 2 or not exclusive:
         return None
     indexes = " ".join(str(row["index"]) for row in exclusive)
-    return Finding(STEP, Severity.FAIL, f"{node} time-slices its GPUs {rule.replicas} ways, but GPU(s) {indexes} "
+    return Finding(STEP, Verdict.FINDING, f"{node} time-slices its GPUs {rule.replicas} ways, but GPU(s) {indexes} "
                    "take only one CUDA context at a time (exclusive compute mode): every pod after the first on them "
                    "fails with 'all CUDA-capable devices are busy or unavailable'",
                    [f"nvidia-smi compute_mode: GPU {row['index']} {row['compute_mode']}" for row in exclusive]
@@ -214,7 +214,7 @@ def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, 
     if not warnings:
         return findings
     lines = [f"Warning event on node {node} ({line})" for line in warnings]
-    return [replace(f, evidence=[*f.evidence, *lines]) if f.severity is Severity.FAIL else f for f in findings]
+    return [replace(f, evidence=[*f.evidence, *lines]) if f.state is Verdict.FINDING else f for f in findings]
 
 
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, offer: Offer,
@@ -234,13 +234,13 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
             return [image_pull_failed(f"{node.name} offers {have} allocatable {resource}", evidence, pod, namespace)]
         if pod.exists and (pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready)):
             # whatever the count should be, a crash-looping plugin offers nothing new: never "not checked"
-            return [Finding(STEP, Severity.FAIL, f"{node.name} offers {have} allocatable {resource}: the device "
+            return [Finding(STEP, Verdict.FINDING, f"{node.name} offers {have} allocatable {resource}: the device "
                             "plugin keeps crashing there",
                             evidence + [offer.basis] + plugin_pod_evidence(pod, namespace),
                             crash_fix(pod, namespace), code="plugin-crashloop")]
         offered = [f"kubectl get node {node.name}: allocatable {name}={count}"
                    for name, count in other_nvidia(node, "").items()]
-        return [Finding(STEP, Severity.SKIP, f"how many GPU resources {node.name} must offer: {offer.basis}",
+        return [Finding(STEP, Verdict.NOT_CHECKED, f"how many GPU resources {node.name} must offer: {offer.basis}",
                         offered + pod_line, code="count-unknown")]
     matches = have == offer.count
     if matches and pod.exists and pod.ready:
@@ -255,7 +255,7 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
         what = f"{node.name} offers {have} allocatable {resource}, " + (
             f"its driver sees {offer.gpus}" if offer.plain else f"it should offer {offer.count} ({offer.basis})")
     if not rollout.exists:
-        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not deployed", evidence +
+        return [Finding(STEP, Verdict.FINDING, f"{what}: the device plugin is not deployed", evidence +
                         [f"kubectl -n {namespace} get daemonset {DAEMONSET}: NotFound"], "run deploys/device_plugin.py",
                         code="plugin-missing")]
     if not pod.exists:
@@ -265,11 +265,12 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
     pod_evidence = plugin_pod_evidence(pod, namespace)
     sandbox = next((w for w in pod.warnings if w.startswith("FailedCreatePodSandBox")), None)
     if sandbox and not pod.ready and not pod.restarts:
-        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin's pod cannot start there (the runtime "
+        return [Finding(STEP, Verdict.FINDING, f"{what}: the device plugin's pod cannot start there (the runtime "
                         "refuses its sandbox)", evidence + pod_evidence, sandbox_fix(sandbox, namespace, pod.name),
                         code="plugin-sandbox-failed")]
     if pod.waiting == "CrashLoopBackOff" or (pod.restarts and not pod.ready):
-        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
+        return [Finding(STEP, Verdict.FINDING,
+                        f"{what}: the device plugin keeps crashing there", evidence + pod_evidence,
                         crash_fix(pod, namespace), code="plugin-crashloop")]
     if not pod.ready:
         said = " ".join(pod.log_tail)
@@ -277,10 +278,10 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                "hostPath must be the kubelet's device-plugins folder (/var/lib/kubelet/device-plugins, or "
                "<kubelet --root-dir>/device-plugins); re-run deploys/device_plugin.py (gpunode's manifest mounts it)"
                if "kubelet socket" in said and "not there yet" in said else f"kubectl -n {namespace} logs {pod.name}")
-        return [Finding(STEP, Severity.FAIL, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
+        return [Finding(STEP, Verdict.FINDING, f"{what}: the device plugin is not ready there", evidence + pod_evidence,
                         fix, code="plugin-not-ready")]
     if have > (offer.count or 0):
-        return [Finding(STEP, Severity.FAIL, f"{what}: more than the inventory's plugin configuration gives; the "
+        return [Finding(STEP, Verdict.FINDING, f"{what}: more than the inventory's plugin configuration gives; the "
                         "running plugin shares the GPUs (time-slicing) or counts them otherwise",
                         evidence + [offer.basis] + pod_evidence,
                         "the running plugin's configuration differs from the inventory's: put the sharing it runs "
@@ -288,7 +289,7 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         "deploys/device_plugin.py to bring the inventory's", code="offers-more")]
     elsewhere = other_nvidia(node, resource)
     if elsewhere and have == 0:
-        return [Finding(STEP, Severity.FAIL, f"{what}: the plugin offers the GPUs under another resource name",
+        return [Finding(STEP, Verdict.FINDING, f"{what}: the plugin offers the GPUs under another resource name",
                         evidence + [f"kubectl get node {node.name}: allocatable {name}={count}"
                                     for name, count in elsewhere.items()] + pod_evidence,
                         "the running plugin's configuration differs from the inventory's (plugin_config, "
@@ -297,11 +298,11 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
                         code="resource-name-differs")]
     if pod.unhealthy:
         named = ", ".join(f"{device} ({reason})" for device, _, reason in pod.unhealthy)
-        return [Finding(STEP, Severity.FAIL, f"{what}: the plugin marked {len(pod.unhealthy)} device(s) unhealthy: "
+        return [Finding(STEP, Verdict.FINDING, f"{what}: the plugin marked {len(pod.unhealthy)} device(s) unhealthy: "
                         f"{named}", evidence + [f"plugin log: device {device} of {resource_name} unhealthy: {reason}"
                                                 for device, resource_name, reason in pod.unhealthy] + pod_evidence,
                         unhealthy_fix(pod.unhealthy), code="gpus-unhealthy")]
     cause = ("it registered no healthy GPUs (NVML failing, or every GPU marked unhealthy by Xid events)" if have == 0
              else "some GPUs are marked unhealthy (Xid events) or missing from NVML")
-    return [Finding(STEP, Severity.FAIL, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,
+    return [Finding(STEP, Verdict.FINDING, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,
                     f"kubectl -n {namespace} logs {pod.name}; nvidia-smi -q on the node", code="gpus-unhealthy")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity, with_proof
+from gpunode.diagnosis import Finding, Verdict, with_proof
 from gpunode.gpu_generations import GENERATION_MINIMUM, gpu_family
 from gpunode.settings import NodeSettings, version_key
 
@@ -15,7 +15,7 @@ REBOOT_FIX = ("reboot the node (drain it first) so the new kernel module loads; 
 
 
 def fail(what: str, evidence: list[str], fix: str, code: str = "") -> Finding:
-    return Finding(STEP, Severity.FAIL, what, evidence, fix, code)
+    return Finding(STEP, Verdict.FINDING, what, evidence, fix, code)
 
 
 def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
@@ -32,7 +32,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                          [f"nvidia-smi: exit {rc} (command not found)"],
                          "install the NVIDIA driver (e.g. apt-get install nvidia-driver-550-server) and reboot, "
                          "or set gpu_required: false for this host")]
-        return [Finding(STEP, Severity.SKIP, "CPU-only host: no NVIDIA driver and no GPU (gpu_required is false)",
+        return [Finding(STEP, Verdict.NOT_CHECKED, "CPU-only host: no NVIDIA driver and no GPU (gpu_required is false)",
                         [f"nvidia-smi: exit {rc} (command not found)"])]
     if "nouveau" in modules and "nvidia" not in modules:
         return [nouveau_finding(modules)]

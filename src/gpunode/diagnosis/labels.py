@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity, with_proof
+from gpunode.diagnosis import Finding, Verdict, with_proof
 from gpunode.facts.labels import NodeLabelsState
 
 STEP = "labels"
@@ -23,24 +23,24 @@ def up_to_date(state: NodeLabelsState, applied: dict[str, str]) -> bool:
 
 def diagnose(state: NodeLabelsState, desired: dict[str, str]) -> list[Finding]:
     if not state.exists:
-        return [Finding(STEP, Severity.FAIL, f"the cluster has no Node named {state.name}",
+        return [Finding(STEP, Verdict.FINDING, f"the cluster has no Node named {state.name}",
                         ["kubectl get node " + state.name + ": NotFound"],
                         "set k8s_node_name for this host in the inventory (the name 'kubectl get nodes' shows), "
                         "or join the node to the cluster", code="node-missing")]
     applied, foreign = plan(state, desired)
-    findings = [Finding(STEP, Severity.WARN, f"label {key} is owned by {state.others[key]} "
+    findings = [Finding(STEP, Verdict.FINDING, f"label {key} is owned by {state.others[key]} "
                         f"(value {state.labels.get(key)!r}, gpunode would set {value!r}); gpunode leaves it",
-                        fix=f"remove it with the tool that set it, then {FIX}", code="label-foreign")
+                        fix=f"remove it with the tool that set it, then {FIX}", code="label-foreign", breaks=False)
                 for key, value in sorted(foreign.items())]
     wrong = [f"{key}: {state.labels.get(key, '<missing>')} (want {value})" for key, value in sorted(applied.items())
              if state.labels.get(key) != value]
     stale = sorted(state.ours - set(applied))
     if not desired and stale:
-        findings.append(Finding(STEP, Severity.FAIL, f"{state.name} carries GPU labels but has no working GPU",
+        findings.append(Finding(STEP, Verdict.FINDING, f"{state.name} carries GPU labels but has no working GPU",
                                 [f"{key}={state.labels.get(key)}" for key in stale], FIX, code="labels-stale"))
     elif wrong or stale:
         evidence = wrong + [f"{key}={state.labels.get(key)} (no longer true)" for key in stale]
-        findings.append(Finding(STEP, Severity.FAIL, f"{state.name}'s GPU labels do not match its GPUs", evidence,
+        findings.append(Finding(STEP, Verdict.FINDING, f"{state.name}'s GPU labels do not match its GPUs", evidence,
                                 FIX, code="labels-stale"))
     if not desired:
         return with_proof(findings, STEP, f"{state.name} carries no GPU labels (no working GPU)",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpunode.diagnosis import Finding, Severity, failures, proven
+from gpunode.diagnosis import Finding, Verdict, failures, proven
 
 STEP = "pod"
 GPUS_STEP = "pod GPUs"  # the last link: the container saw the GPUs it was allocated
@@ -193,13 +193,13 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         matching = [n for n in gpu_nodes if all(n.labels.get(k) == v for k, v in selector.items())]
         if selector and not matching:
             seen = sorted({f"{k}={n.labels.get(k, '<none>')}" for n in gpu_nodes for k in selector})
-            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: its nodeSelector matches no GPU node",
+            return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: its nodeSelector matches no GPU node",
                             evidence + [f"nodeSelector: {selector}", f"GPU nodes have: {', '.join(seen) or 'none'}"],
                             "use a label the GPU nodes carry (gpunode sets accelerator=nvidia-<model> and "
                             "nvidia.com/gpu.product), or label the nodes you meant", code="selector-no-gpu-node")]
         cordoned = [n for n in nodes if n.unschedulable and n.allocatable_gpus]
         if "unschedulable" in message and cordoned:
-            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: GPU node(s) are cordoned",
+            return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: GPU node(s) are cordoned",
                             evidence + [f"{n.name}: spec.unschedulable = true"
                                         + (f", cordon reason: {n.cordon_reason}" if n.cordon_reason else "")
                                         for n in cordoned],
@@ -211,7 +211,7 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         if tainted and any("untolerated taint" in reason for _, reason in reasons):
             name, taints = sorted(tainted.items())[0]
             blocked = "all" if len(tainted) == len(matching or gpu_nodes) else f"{len(tainted)}"
-            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: {blocked} of the GPU nodes it could use "
+            return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: {blocked} of the GPU nodes it could use "
                             f"carry a taint it does not tolerate ({', '.join(sorted(tainted))})",
                             evidence + [f"{node}: taints {', '.join(map(taint_text, found))}, not tolerated by the pod"
                                         for node, found in sorted(tainted.items())]
@@ -225,12 +225,12 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                      f"{', '.join(held.get(n.name, [])) or 'nothing'}" for n in matching or gpu_nodes]
             free = max((n.allocatable_gpus - sum(int(h.rsplit('(', 1)[1][:-1]) for h in held.get(n.name, []))
                         for n in matching or gpu_nodes), default=0)
-            return [Finding(STEP, Severity.FAIL, f"{title} is Pending: it asks for {wanted} {GPU} and no node "
+            return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: it asks for {wanted} {GPU} and no node "
                             f"has that many free (most free on one node: {free})", evidence + lines,
                             "wait for or delete the pods holding GPUs above, ask for fewer GPUs, or add GPU nodes; "
                             "a node missing from the list offers no GPUs (gpunode verify names why)",
                             code="insufficient-gpus")]
-        return [Finding(STEP, Severity.FAIL, f"{title} is Pending: the scheduler places it nowhere", evidence,
+        return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler places it nowhere", evidence,
                         "read the scheduler's message above: it names each node's reason", code="unschedulable")]
     if pod.phase == "Pending" and (sandbox or pod.waiting == "FailedCreatePodSandBox"):
         message = sandbox[-1] if sandbox else pod.waiting_message
@@ -238,11 +238,12 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         handler = pod.spec.get("runtimeClassName") or "the default"
         evidence = [f"event FailedCreatePodSandBox: {message}"]
         if "no runtime for" in message:
-            return [Finding(STEP, Severity.FAIL, f"{title} cannot start on {node}: the container runtime there has no "
+            return [Finding(STEP, Verdict.FINDING,
+                            f"{title} cannot start on {node}: the container runtime there has no "
                             f"{handler} runtime", evidence,
                             f"re-run deploys/runtime.py for {node} (it adds the nvidia runtime to containerd and "
                             "restarts it)", code="runtime-handler-missing")]
-        return [Finding(STEP, Severity.FAIL, f"{title} cannot start on {node}: the container runtime refuses its "
+        return [Finding(STEP, Verdict.FINDING, f"{title} cannot start on {node}: the container runtime refuses its "
                         f"sandbox (runtime handler: {handler})", evidence,
                         f"the runtime's own words are above; 'gpunode verify --limit {node}' checks the toolkit and "
                         "runtime steps there", code="sandbox-failed")]
@@ -254,15 +255,15 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         evidence = [f"container output: {line}" for line in pod.log.splitlines()
                     if NO_DEVICE in line or NO_CUDA_DEVICE in line][:1]
         if not wanted:
-            return [Finding(STEP, Severity.FAIL, f"{title} runs without a GPU: it does not ask for one", evidence,
+            return [Finding(STEP, Verdict.FINDING, f"{title} runs without a GPU: it does not ask for one", evidence,
                             f"set resources.limits {GPU}: 1 in the container", code="no-gpu-request")]
         if not pod.spec.get("runtimeClassName") and node is not None and node.nvidia_default is False:
-            return [Finding(STEP, Severity.FAIL, f"{title} got {wanted} GPU(s) from the device plugin but runs under "
+            return [Finding(STEP, Verdict.FINDING, f"{title} got {wanted} GPU(s) from the device plugin but runs under "
                             f"runc: nvidia is not the default runtime on {node.name} and the pod has no "
                             "runtimeClassName", evidence + [f"{node.name}: default runtime is not nvidia"],
                             "add runtimeClassName: nvidia to the pod spec (gpunode lint finds these), or set "
                             "nvidia_runtime_default = True and re-run deploys/runtime.py", code="no-runtime-class")]
-        return [Finding(STEP, Severity.FAIL, f"{title} runs without a GPU although it got {wanted}", evidence,
+        return [Finding(STEP, Verdict.FINDING, f"{title} runs without a GPU although it got {wanted}", evidence,
                         "the nvidia runtime did not inject the GPUs: gpunode verify (toolkit and runtime steps) "
                         f"on {pod.spec.get('nodeName', '?')}", code="runtime-no-injection")]
     lifecycle = lifecycle_findings(pod, title)
@@ -287,7 +288,7 @@ def signature_finding(pod: PodView, title: str) -> Finding | None:
     for words, code, meaning, fix in SIGNATURES:
         found = next(((where, text) for where, text in texts if words in text), None)
         if found is not None:
-            return Finding(STEP, Severity.FAIL, f"{title} failed on {node}: {meaning}", [f"{found[0]}: {found[1]}"],
+            return Finding(STEP, Verdict.FINDING, f"{title} failed on {node}: {meaning}", [f"{found[0]}: {found[1]}"],
                            fix.format(node=node), code=code)
     return None
 
@@ -306,7 +307,8 @@ def lifecycle_findings(pod: PodView, title: str) -> list[Finding]:
     if pod.phase == "Failed":
         last = [f"container output: {line}" for line in pod.log.strip().splitlines()[-3:]]
         if pod.reason == "UnexpectedAdmissionError" or pod.reason.startswith("OutOf"):
-            return [Finding(STEP, Severity.FAIL, f"{title} was refused by the kubelet on {node} at admission: it never "
+            return [Finding(STEP, Verdict.FINDING,
+                            f"{title} was refused by the kubelet on {node} at admission: it never "
                             "ran", evidence + event_lines(pod),
                             f"the message says what the kubelet could not do (for GPUs: the device plugin's Allocate "
                             f"failed or its GPUs went away); 'gpunode doctor' checks the device plugin on {node}, then "
@@ -314,19 +316,19 @@ def lifecycle_findings(pod: PodView, title: str) -> list[Finding]:
         exited = [c for c in pod.containers if c.exit_code not in (None, 0)]
         what = (f"{title} failed: container {exited[0].name} exited {exited[0].exit_code}" if exited
                 else f"{title} failed")
-        return [Finding(STEP, Severity.FAIL, what, evidence + last + event_lines(pod),
+        return [Finding(STEP, Verdict.FINDING, what, evidence + last + event_lines(pod),
                         f"kubectl -n {pod.namespace} logs {pod.name} (the container's own error)", code="pod-failed")]
     if pod.phase == "Succeeded":
         if all(c.state == "terminated" and c.exit_code == 0 for c in pod.containers) and pod.containers:
             return [proven(STEP, f"{title} ran on {node} and every container exited 0", evidence)]
-        return [Finding(STEP, Severity.FAIL, f"{title} is Succeeded but its containers do not all show exit 0",
+        return [Finding(STEP, Verdict.FINDING, f"{title} is Succeeded but its containers do not all show exit 0",
                         evidence, f"kubectl -n {pod.namespace} describe pod {pod.name}", code="pod-state-odd")]
     if pod.phase == "Running":
         stuck = [c for c in pod.containers if c.state != "running"]
         if not stuck and pod.containers:
             return [proven(STEP, f"{title} runs on {node}: every container started", evidence)]
         first = stuck[0] if stuck else None
-        return [Finding(STEP, Severity.FAIL, f"{title} is Running but container {first.name if first else '?'} is "
+        return [Finding(STEP, Verdict.FINDING, f"{title} is Running but container {first.name if first else '?'} is "
                         f"{first.state if first else 'unreported'}" + (f" ({first.reason})" if first and first.reason
                                                                         else ""),
                         evidence + event_lines(pod), f"kubectl -n {pod.namespace} logs {pod.name} --previous; "
@@ -334,11 +336,11 @@ def lifecycle_findings(pod: PodView, title: str) -> list[Finding]:
     if pod.phase == "Pending":
         waiting = next((c for c in pod.containers if c.state == "waiting"), None)
         where = f"on {node}" if pod.spec.get("nodeName") else "(not scheduled yet)"
-        return [Finding(STEP, Severity.FAIL, f"{title} is Pending {where}"
+        return [Finding(STEP, Verdict.FINDING, f"{title} is Pending {where}"
                         + (f": container {waiting.name} waits ({waiting.reason})" if waiting else ""),
                         evidence + event_lines(pod), f"kubectl -n {pod.namespace} describe pod {pod.name}",
                         code="pod-pending")]
-    return [Finding(STEP, Severity.FAIL, f"{title} is in phase {pod.phase or '<none>'}", evidence + event_lines(pod),
+    return [Finding(STEP, Verdict.FINDING, f"{title} is in phase {pod.phase or '<none>'}", evidence + event_lines(pod),
                     f"kubectl -n {pod.namespace} describe pod {pod.name}", code="pod-state-odd")]
 
 
@@ -354,13 +356,14 @@ def gpus_seen(pod: PodView, title: str, wanted: int) -> Finding:
     elif counted:
         count, evidence = counted[-1], [f"container output: CUDA devices: {counted[-1]}"]
     else:
-        return Finding(GPUS_STEP, Severity.SKIP, f"whether {title}'s container saw its {wanted} GPU(s): its output "
+        return Finding(GPUS_STEP, Verdict.NOT_CHECKED,
+                       f"whether {title}'s container saw its {wanted} GPU(s): its output "
                        "lists none", [f"container output: {len(lines)} line(s), none like nvidia-smi -L's "
                                               "'GPU 0: ... (UUID: GPU-...)'"],
                        "run 'nvidia-smi -L' at the container's start, so its log shows the GPUs it got",
                        code="gpus-not-shown")
     if count != wanted:
-        return Finding(GPUS_STEP, Severity.FAIL, f"{title}'s container saw {count} GPU(s), it was allocated {wanted}",
+        return Finding(GPUS_STEP, Verdict.FINDING, f"{title}'s container saw {count} GPU(s), it was allocated {wanted}",
                        evidence + [f"resources.limits {GPU}: {wanted}"],
                        "the runtime injects what the device plugin's Allocate returned: 'gpunode verify' on "
                        f"{pod.spec.get('nodeName', '?')} (toolkit, runtime and device-plugin steps)",

@@ -11,7 +11,7 @@ import fnmatch
 import json
 import tomllib
 
-from gpunode.diagnosis import Finding, Severity, with_proof
+from gpunode.diagnosis import Finding, Verdict, with_proof
 from gpunode.facts.runtime import CONTAINERD_CONFIG, DOCKER_CONFIG
 from gpunode.settings import NodeSettings
 
@@ -28,7 +28,7 @@ SHARED_OPTIONS = ("SystemdCgroup", "Root", "NoPivotRoot", "NoNewKeyring", "IoUid
 
 
 def fail(code: str, what: str, evidence: list[str], fix: str) -> Finding:
-    return Finding(STEP, Severity.FAIL, what, evidence, fix, code)
+    return Finding(STEP, Verdict.FINDING, what, evidence, fix, code)
 
 
 def chosen_runtime(state: dict, settings: NodeSettings) -> str | None:

@@ -4,7 +4,7 @@ a CDI spec where its mode is cdi)."""
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity, with_proof
+from gpunode.diagnosis import Finding, Verdict, with_proof
 from gpunode.facts.toolkit import CDI_DIRS
 from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings
 
@@ -26,7 +26,7 @@ def config_findings(state: dict) -> list[Finding]:
     if not config:
         return []
     if config["error"]:
-        return [Finding(STEP, Severity.FAIL, f"{TOOLKIT_CONFIG} does not parse: the NVIDIA runtime refuses to start "
+        return [Finding(STEP, Verdict.FINDING, f"{TOOLKIT_CONFIG} does not parse: the NVIDIA runtime refuses to start "
                         "any container", [f"{TOOLKIT_CONFIG}: {config['error']}"],
                         f"correct the TOML at the place named, or move the file away and run 'nvidia-ctk config "
                         f"--in-place --config-file={TOOLKIT_CONFIG}' to write the defaults",
@@ -40,14 +40,14 @@ def config_findings(state: dict) -> list[Finding]:
            "install the C library's ldconfig (it is missing from /sbin on this host)")
     where = f'{TOOLKIT_CONFIG}: [nvidia-container-cli] ldconfig = "{value}"'
     if not value.startswith("@"):
-        return [Finding(STEP, Severity.FAIL, "the toolkit's ldconfig is not a host path (no leading '@'): toolkit "
+        return [Finding(STEP, Verdict.FINDING, "the toolkit's ldconfig is not a host path (no leading '@'): toolkit "
                         "1.17.3 and later refuse the config and every GPU container fails",
                         [where, f"error loading config: nvidia-container-cli.ldconfig value \"{value}\" is not "
                                 "host-relative (does not start with a '@')"], fix,
                         code="toolkit-ldconfig-in-container")]
     if not state["paths"].get(value[1:]):
         present = [path for path, exists in sorted(state["paths"].items()) if exists]
-        return [Finding(STEP, Severity.FAIL, f"the toolkit's ldconfig {value[1:]} does not exist on this host: every "
+        return [Finding(STEP, Verdict.FINDING, f"the toolkit's ldconfig {value[1:]} does not exist on this host: every "
                         "GPU container fails with 'nvidia-container-cli: ldcache error: open failed: "
                         f"{value[1:]}: no such file or directory'",
                         [where, f"test -e {value[1:]}: no such file",
@@ -66,7 +66,7 @@ def program_findings(state: dict) -> list[Finding]:
     stuck = not_executable(state)
     if not stuck:
         return []
-    return [Finding(STEP, Severity.FAIL, f"toolkit program(s) not executable: {', '.join(stuck)}; the container "
+    return [Finding(STEP, Verdict.FINDING, f"toolkit program(s) not executable: {', '.join(stuck)}; the container "
                     "runtime's exec of them fails with 'permission denied'",
                     [f"stat -c %a {path}: {mode}" for path, mode in stuck.items()],
                     f"chmod 0755 {' '.join(stuck)} (as the packages install them; re-running deploys/toolkit.py "
@@ -89,14 +89,15 @@ def cdi_findings(state: dict, settings: NodeSettings) -> list[Finding]:
     if not specs:
         if not in_cdi_mode:
             return []  # CDI enabled without a spec: the device plugin's envvar strategy needs none
-        return [Finding(STEP, Severity.FAIL, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
+        return [Finding(STEP, Verdict.FINDING, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
                         "devices: GPU containers fail with 'unresolvable CDI devices'",
                         [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"',
                          f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: 0"],
                         CDI_FIX.format(path="/etc/cdi/nvidia.yaml"), code="toolkit-cdi-spec-missing")]
     findings = []
     for path, error in sorted((state.get("cdi_errors") or {}).items()):
-        findings.append(Finding(STEP, Severity.FAIL, f"the CDI spec {path} does not parse as a spec of nvidia.com/gpu "
+        findings.append(Finding(STEP, Verdict.FINDING,
+                                f"the CDI spec {path} does not parse as a spec of nvidia.com/gpu "
                                 "devices: the runtime refuses its devices", [f"{path}: {error}"],
                                 CDI_FIX.format(path=path), code="toolkit-cdi-spec-invalid"))
     gpus = state.get("cdi_gpus") or []
@@ -112,7 +113,7 @@ def cdi_findings(state: dict, settings: NodeSettings) -> list[Finding]:
                      for path, devices in sorted((state.get("cdi_devices") or {}).items())]
         parts = ([f"no device for GPU(s) {', '.join(g['uuid'] for g in missing)}"] if missing else []) + (
             [f"devices for GPU(s) this node does not have: {', '.join(foreign)}"] if foreign else [])
-        findings.append(Finding(STEP, Severity.FAIL, "the CDI spec does not match the GPUs nvidia-smi sees ("
+        findings.append(Finding(STEP, Verdict.FINDING, "the CDI spec does not match the GPUs nvidia-smi sees ("
                                 + "; ".join(parts) + "): it was written on another node or before a GPU or driver "
                                 "change, and containers asking for those devices fail with 'unresolvable CDI "
                                 "devices'", evidence,
@@ -151,11 +152,11 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
         evidence = [f"{name}: {version or 'not installed'}" for name, version in sorted(wrong.items())]
         what = ("the NVIDIA Container Toolkit is not installed" if all(v is None for v in state["versions"].values())
                 else f"toolkit packages are not all at the pinned {want}")
-        findings.append(Finding(STEP, Severity.FAIL, what, evidence,
+        findings.append(Finding(STEP, Verdict.FINDING, what, evidence,
                                 f"re-run deploys/toolkit.py (installs all four at {want})"))
     locks = state["locks"]
     if rpm and locks and any(version != want for version in locks.values()):
-        findings.append(Finding(STEP, Severity.FAIL, f"dnf versionlock holds toolkit packages at another version "
+        findings.append(Finding(STEP, Verdict.FINDING, f"dnf versionlock holds toolkit packages at another version "
                                 f"than the pinned {want}: dnf will not move them",
                                 [f"{VERSIONLOCK_LIST}: {name} locked at {version}" for name, version in
                                  sorted(locks.items()) if version != want],
@@ -163,7 +164,7 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
     elif settings.toolkit_hold and not wrong:
         unheld = sorted(set(state["versions"]) - set(state["held"]))
         if unheld:
-            findings.append(Finding(STEP, Severity.FAIL, "toolkit packages are not held at the pinned version",
+            findings.append(Finding(STEP, Verdict.FINDING, "toolkit packages are not held at the pinned version",
                                     [f"not held: {', '.join(unheld)}"]
                                     + ([f"{VERSIONLOCK_LIST}: no lock for them"] if rpm else []),
                                     f"{'dnf versionlock add' if rpm else 'apt-mark hold'} {' '.join(unheld)} "

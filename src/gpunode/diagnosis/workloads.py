@@ -8,7 +8,7 @@ This reads those and the namespace's quotas, and names the refusal with the fix.
 
 from __future__ import annotations
 
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Verdict
 from gpunode.facts.workloads import KINDS, QuotaView, WorkloadView
 
 __all__ = ["KINDS", "QuotaView", "WorkloadView", "diagnose"]
@@ -45,22 +45,22 @@ def diagnose(view: WorkloadView) -> list[Finding]:
             if words in message:
                 extra = quota_lines if code.startswith("quota") else list(view.limit_ranges) if code == "limit-range" \
                     else []
-                return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: {meaning}", evidence + extra,
+                return [Finding(STEP, Verdict.FINDING, f"{title} creates no pod: {meaning}", evidence + extra,
                                 fix.format(ns=view.namespace), code=code)]
-        return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: the API server refuses it", evidence,
+        return [Finding(STEP, Verdict.FINDING, f"{title} creates no pod: the API server refuses it", evidence,
                         f"the API server's own words are above; 'kubectl -n {view.namespace} describe "
                         f"{view.kind.lower()} {view.name}' shows the rest", code="pod-create-refused")]
     if view.suspended:
-        return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: it is suspended",
+        return [Finding(STEP, Verdict.FINDING, f"{title} creates no pod: it is suspended",
                         [f"{title}: spec.suspend = true"],
                         f"kubectl -n {view.namespace} patch job {view.name} -p '{{\"spec\":{{\"suspend\":false}}}}'",
                         code="job-suspended")]
     if view.replicas == 0:
-        return [Finding(STEP, Severity.FAIL, f"{title} creates no pod: it is scaled to 0 replicas",
+        return [Finding(STEP, Verdict.FINDING, f"{title} creates no pod: it is scaled to 0 replicas",
                         [f"{title}: spec.replicas = 0"],
                         f"kubectl -n {view.namespace} scale {view.kind.lower()} {view.name} --replicas=1",
                         code="scaled-to-zero")]
     evidence = [f"{title}: no pod, no FailedCreate event"] + quota_lines
-    return [Finding(STEP, Severity.FAIL, f"{title} has no pod and its controller says nothing", evidence,
+    return [Finding(STEP, Verdict.FINDING, f"{title} has no pod and its controller says nothing", evidence,
                     f"kubectl -n {view.namespace} describe {view.kind.lower()} {view.name}; is kube-controller-manager "
                     "running (kubectl get --raw /readyz?verbose)?", code="no-pod-no-event")]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import Host, operation
 
-from gpunode.diagnosis import Severity, failures
+from gpunode.diagnosis import Verdict, failures
 from gpunode.diagnosis.driver import REBOOT_REQUIRED, diagnose
 from gpunode.facts.driver import DriverState
 from gpunode.operations import failing_command, step_fact
@@ -67,7 +67,7 @@ def checked(settings: NodeSettings):
         host_run(host).gpu = False
         yield failing_command("\n".join(str(finding) for finding in broken))
         return
-    if any(f.severity is Severity.SKIP for f in findings):
+    if any(f.state is Verdict.NOT_CHECKED for f in findings):
         host_run(host).gpu = False
         host.noop(findings[0].what + "; GPU steps skipped on this host")
         return

@@ -15,7 +15,6 @@ from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call
 from gpunode.cluster.labels import PLUGIN_LABEL, LabelSettings, driver_version_of, gpu_labels
-from gpunode.diagnosis import Severity
 from gpunode.diagnosis.labels import diagnose, plan, up_to_date
 from gpunode.errors import GpunodeError
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
@@ -130,7 +129,7 @@ def applied(node_name: str, labels: dict[str, str], settings: ClusterSettings,
         yield failing_command(str(missing[0]))
         return
     for finding in findings:
-        if finding.severity is Severity.WARN:
+        if not finding.breaks:
             host.log_styled(f"warning: {finding.what}", fg="yellow", log_func=logger.warning)
     wanted, _ = plan(node, labels)
     if up_to_date(node, wanted):

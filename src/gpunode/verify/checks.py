@@ -11,7 +11,7 @@ from gpunode import chain
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import PLUGIN_LABEL, gpu_labels
 from gpunode.cluster.plugin_config import expected_offer
-from gpunode.diagnosis import Finding, Severity, device_plugin, labels
+from gpunode.diagnosis import Finding, Verdict, device_plugin, failures, labels
 from gpunode.errors import GpunodeError
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.device_plugin import (
@@ -36,34 +36,31 @@ class StepResult:
 
     host: str
     step: str
-    outcome: str  # "pass" (with proof), "fail" or "skip" (not checked, and why)
+    state: Verdict  # ok (with proof), a finding, or not checked (and why)
     reason: str = ""
     findings: list[Finding] = field(default_factory=list)
 
     @property
-    def state(self) -> str:
-        """The verdict in doctor's words: "ok", "finding" or "not checked"."""
-        return {"pass": "ok", "fail": "finding"}.get(self.outcome, "not checked")
-
-    @property
     def proof(self) -> list[str]:
         """What was read that shows the step holds (empty unless it passed)."""
-        return [line for f in self.findings if f.severity is Severity.OK for line in f.evidence]
+        return [line for f in self.findings if f.state is Verdict.OK for line in f.evidence]
 
 
 def verdict(host: str, step: str, findings: list[Finding]) -> StepResult:
-    """Fail on any failure; skip when the step does not apply; pass only with a proof (positive evidence)."""
-    failed = [f for f in findings if f.severity is Severity.FAIL]
-    skipped = [f for f in findings if f.severity is Severity.SKIP]
+    """A finding when one breaks the step; not checked when it does not apply; ok only with a proof (positive
+    evidence)."""
+    failed = failures(findings)
+    skipped = [f for f in findings if f.state is Verdict.NOT_CHECKED]
     if failed:
-        return StepResult(host, step, "fail", failed[0].what, failed)
+        return StepResult(host, step, Verdict.FINDING, failed[0].what, failed)
     if skipped:
-        return StepResult(host, step, "skip", skipped[0].what, skipped)
-    proofs = [f for f in findings if f.severity is Severity.OK]
+        return StepResult(host, step, Verdict.NOT_CHECKED, skipped[0].what, skipped)
+    proofs = [f for f in findings if f.state is Verdict.OK]
     if not proofs:
-        return StepResult(host, step, "skip", "not checked: the diagnosis read nothing that proves this step",
+        return StepResult(host, step, Verdict.NOT_CHECKED,
+                          "not checked: the diagnosis read nothing that proves this step",
                           findings)
-    return StepResult(host, step, "pass", proofs[0].what, findings)
+    return StepResult(host, step, Verdict.OK, proofs[0].what, findings)
 
 
 CLUSTER_UNREADABLE = "cluster-unreadable"  # the code of a cluster step that could not read the API
@@ -127,7 +124,8 @@ class ClusterView:
         """Verdicts of the cluster steps for one host; skipped where cluster_steps is False."""
         settings = parsed.cluster
         if not settings.cluster_steps:
-            return {step: StepResult(host, step, "skip", "cluster_steps = False") for step in CLUSTER_STEPS}
+            return {step: StepResult(host, step, Verdict.NOT_CHECKED,
+                                     "cluster_steps = False") for step in CLUSTER_STEPS}
         gpus = ((facts.get("driver") or {}).get("nvidia_smi") or {}).get("gpus") or [] if gpu_ok else []
         desired = gpu_labels(gpus, parsed.labels).labels
         name = settings.k8s_node_name or facts.get("hostname") or host
@@ -141,15 +139,17 @@ class ClusterView:
             results["labels"] = verdict(host, "labels", labels.diagnose(node, desired))
             if registrar is not None and kept:
                 results["device_plugin"] = StepResult(
-                    host, "device_plugin", "skip",
+                    host, "device_plugin", Verdict.NOT_CHECKED,
                     f"not checked: node {name} is served by NVIDIA's device plugin {registrar.reference} (pod "
                     f"{registrar.pods[name]}), not gpunode's: 'gpunode migrate INVENTORY --limit {host}' moves it")
                 return results
             if not desired:
-                results["device_plugin"] = StepResult(host, "device_plugin", "skip", "no working GPU on this host")
+                results["device_plugin"] = StepResult(host, "device_plugin", Verdict.NOT_CHECKED,
+                                                      "no working GPU on this host")
                 return results
             if not node.exists:
-                results["device_plugin"] = StepResult(host, "device_plugin", "skip", f"no Node named {name}")
+                results["device_plugin"] = StepResult(host, "device_plugin", Verdict.NOT_CHECKED,
+                                                      f"no Node named {name}")
                 return results
             manifests = parsed.manifests
             namespace = manifests.namespace
@@ -165,15 +165,15 @@ class ClusterView:
                                                          manifests.plugin_config)
             if clash is not None:
                 findings = [clash, *findings]
-            if any(f.severity is Severity.FAIL for f in findings):
+            if any(f.state is Verdict.FINDING for f in findings):
                 findings = device_plugin.with_node_warnings(findings, name, self.node_warnings(settings, name))
             results["device_plugin"] = verdict(host, "device_plugin", findings)
         except GpunodeError as error:
             # the API could not be read (down, credentials, RBAC): every host says so; doctor names it once
-            finding = Finding("api", Severity.FAIL, error.problem, [f"while reading node {name}"],
+            finding = Finding("api", Verdict.FINDING, error.problem, [f"while reading node {name}"],
                               error.fix or "", CLUSTER_UNREADABLE)
             for step in CLUSTER_STEPS:
-                results.setdefault(step, StepResult(host, step, "fail", error.problem, [finding]))
+                results.setdefault(step, StepResult(host, step, Verdict.FINDING, error.problem, [finding]))
         return results
 
 
@@ -187,19 +187,20 @@ def judge(host: str, facts: dict[str, dict], settings: HostSettings,
     for step in NODE_STEPS:
         if step != "driver":
             gate = results["driver"]
-            if gate.outcome != "pass":
-                why = ("CPU-only host" if gate.outcome == "skip" else "the driver step failed")
-                results[step] = StepResult(host, step, "skip", why)
+            if gate.state is not Verdict.OK:
+                why = ("CPU-only host" if gate.state is Verdict.NOT_CHECKED else "the driver step failed")
+                results[step] = StepResult(host, step, Verdict.NOT_CHECKED, why)
                 continue
         if step not in facts:
-            results[step] = StepResult(host, step, "fail", "could not read the step's facts from the host")
+            results[step] = StepResult(host, step, Verdict.FINDING, "could not read the step's facts from the host")
             continue
         results[step] = verdict(host, step, DIAGNOSES[step](facts[step], settings.node))
-    if results["driver"].outcome == "fail":
+    if results["driver"].state is Verdict.FINDING:
         why = "the driver step failed"
-        results.update({step: StepResult(host, step, "skip", why) for step in CLUSTER_STEPS})
+        results.update({step: StepResult(host, step, Verdict.NOT_CHECKED, why) for step in CLUSTER_STEPS})
     elif cluster is None:
-        results.update({step: StepResult(host, step, "skip", "cluster not checked") for step in CLUSTER_STEPS})
+        results.update({step: StepResult(host, step, Verdict.NOT_CHECKED,
+                                         "cluster not checked") for step in CLUSTER_STEPS})
     else:
-        results.update(cluster.judge(host, settings, facts, results["driver"].outcome == "pass"))
+        results.update(cluster.judge(host, settings, facts, results["driver"].state is Verdict.OK))
     return results

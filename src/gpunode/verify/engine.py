@@ -7,7 +7,7 @@ Nothing is changed on any host.
 from __future__ import annotations
 
 from gpunode.connection import Connections, Reply, Unreachable
-from gpunode.diagnosis import Finding, Severity
+from gpunode.diagnosis import Finding, Verdict
 from gpunode.errors import GpunodeError
 from gpunode.facts.node import facts_command, split_facts
 from gpunode.host_settings import settings_of
@@ -38,17 +38,17 @@ class Verification:
 
     def _judge(self, name: str, reply: Reply | Unreachable) -> dict[str, StepResult] | Finding:
         if isinstance(reply, Unreachable):
-            return Finding("connection", Severity.FAIL, reply.problem, reply.evidence, reply.fix or "", reply.code)
+            return Finding("connection", Verdict.FINDING, reply.problem, reply.evidence, reply.fix or "", reply.code)
         if not reply.ok and not reply.stdout:
             said = (reply.stderr.strip().splitlines() or ["no output"])[-1]
-            return Finding("connection", Severity.FAIL, f"cannot read {name}: the facts command failed: {said}",
+            return Finding("connection", Verdict.FINDING, f"cannot read {name}: the facts command failed: {said}",
                            [f"stderr on {name}: {line}" for line in reply.stderr.strip().splitlines()[-5:]],
                            "run 'gpunode doctor' again; if it persists, run the command by hand as the inventory's "
                            "user", "unreadable")
         try:
             settings = settings_of(self.targets[name])
         except GpunodeError as error:
-            return Finding("inventory data", Severity.FAIL, f"bad inventory data for {name}: {error.problem}",
+            return Finding("inventory data", Verdict.FINDING, f"bad inventory data for {name}: {error.problem}",
                            fix=error.fix or "", code="bad-data")
         self.facts[name] = split_facts(reply.stdout)
         return judge(name, self.facts[name], settings, self.cluster)
@@ -58,8 +58,9 @@ class Verification:
         connection's one line (ssh's or sudo's words), and every later step is "not checked" because of it."""
         if host in self.errors:
             if step == STEPS[0]:
-                return StepResult(host, step, "fail", self.errors[host].what, [self.errors[host]])
-            return StepResult(host, step, "skip", f"not checked: {host} could not be read (see {STEPS[0]})")
+                return StepResult(host, step, Verdict.FINDING, self.errors[host].what, [self.errors[host]])
+            return StepResult(host, step, Verdict.NOT_CHECKED,
+                              f"not checked: {host} could not be read (see {STEPS[0]})")
         return self.verdicts[host][step]
 
 
@@ -69,10 +70,9 @@ def results_as_json(verification: Verification) -> dict:
         steps = {}
         for step in STEPS:
             result = verification.result(host, step)
-            steps[step] = {"outcome": result.outcome, "state": result.state, "reason": result.reason,
-                           "proof": result.proof,
-                           "findings": [{"severity": str(f.severity), "what": f.what, "evidence": f.evidence,
-                                         "fix": f.fix, "code": f.code}
-                                        for f in result.findings if f.severity is not Severity.OK]}
+            steps[step] = {"state": str(result.state), "reason": result.reason, "proof": result.proof,
+                           "findings": [{"state": str(f.state), "breaks": f.breaks, "what": f.what,
+                                         "evidence": f.evidence, "fix": f.fix, "code": f.code}
+                                        for f in result.findings if f.state is not Verdict.OK]}
         hosts[host] = steps
     return {"steps": list(STEPS), "hosts": hosts}

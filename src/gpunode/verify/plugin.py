@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
 from gpunode.verify.engine import Verification, results_as_json
 from gpunode.verify.targets import load_inventory, parse_data
@@ -65,13 +66,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def check_step(verification: Verification, host: str, step: str) -> None:
-    """The body of every suite: pass, skip with why, or fail with what, evidence and fix."""
+    """The body of every suite, in the verdict's words: ok passes; not checked skips with why; a finding fails
+    with what, evidence and fix."""
     result = verification.result(host, step)
-    if result.outcome == "skip":
-        pytest.skip(result.reason)
-    if result.outcome == "fail":
+    if result.state is Verdict.NOT_CHECKED:
+        pytest.skip(result.reason if result.reason.startswith("not checked") else f"not checked: {result.reason}")
+    if result.state is Verdict.FINDING:
         detail = "\n".join(str(f) for f in result.findings) or result.reason
-        pytest.fail(f"{step} on {host}: {detail}", pytrace=False)
+        pytest.fail(f"finding: {step} on {host}: {detail}", pytrace=False)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

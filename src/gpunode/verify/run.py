@@ -45,5 +45,5 @@ def verify(inventory: str, limit: list[str], junit_xml: str | None, json_path: s
         Path(json_path).write_text(json.dumps(results, indent=2) + "\n")
     if html_path:
         Path(html_path).write_text(report.html_page(results, inventory))
-    failed = any(r["outcome"] == "fail" for steps in results["hosts"].values() for r in steps.values())
+    failed = any(r["state"] == "finding" for steps in results["hosts"].values() for r in steps.values())
     return (1 if failed else 0), results
