@@ -462,6 +462,9 @@ NODE_FAULTS = {
     # before: device plugin "not checked" and "nothing is broken"
     "mig-no-instances": (sim_fault("mig-no-instances"), "node01", "driver",
                          "MIG mode is on but no MIG device exists on GPU(s) 0", clear_fault),
+    # MIG devices whose capability nodes are missing: no container can be given one
+    "mig-caps-missing": (sim_fault("mig-caps-missing"), "node01", "driver",
+                         "2 MIG device(s) exist but /dev/nvidia-caps has no capability device node", clear_fault),
     # before: not injectable (no reset_status in the nvidia-smi stand-in) and never read
     "reset-required": (sim_fault("reset-required"), "node01", "driver", "requires a reset", clear_fault),
     "toolkit-removed": (

@@ -49,7 +49,7 @@ from gpunode_sim.registry.server import node_side_address as registry_node_addre
 from gpunode_sim.spec.gpus import driver_state
 from gpunode_sim.spec.profiles import NodeSpec
 
-NVIDIA_MAJOR, UVM_MAJOR = 195, 237
+NVIDIA_MAJOR, UVM_MAJOR, CAPS_MAJOR = 195, 237, 236  # the last two are dynamic majors
 DATA_DIRS = ("var/lib/containerd", "var/lib/docker", "var/lib/kubelet", "var/lib/gpunode-sim")
 REBOOT_REQUEST = "reboot-requested"  # written by the node's reboot stand-in into data/gpunode-sim/
 KUBELET_PORT = 10250
@@ -139,7 +139,31 @@ def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list
                 ["nvidia-modeset", NVIDIA_MAJOR, 254, 0o666]]
     if uvm:
         devices += [["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
+    migs = [(gpu["minor"], mig) for gpu in state["gpus"] for mig in gpu.get("mig_devices") or []]
+    if migs:
+        proc["nvidia-caps/mig-minors"] = "".join(f"{cap} {minor}\n" for cap, minor in mig_minors(state["gpus"]))
+    if migs and state.get("mig_caps", True):  # created on use by the driver's tools, as nvidia-smi mig does
+        minors = dict(mig_minors(state["gpus"]))
+        caps = {minors["config"]: 0o400, minors["monitor"]: 0o444}
+        for gpu, mig in migs:
+            caps[minors[f"gpu{gpu}/gi{mig['gpu_instance']}/access"]] = 0o444
+            caps[minors[f"gpu{gpu}/gi{mig['gpu_instance']}/ci{mig['compute_instance']}/access"]] = 0o444
+        devices += [[f"nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, mode] for minor, mode in sorted(caps.items())]
     return proc, sysmod, devices
+
+
+def mig_minors(gpus: list[dict]) -> list[tuple[str, int]]:
+    """/proc/driver/nvidia-caps/mig-minors: every MIG capability the driver knows and its nvidia-caps minor, in the
+    line format NVIDIA's toolkit parses (internal/nvcaps: ``config 1``, ``gpu0/gi0/access 3``, ``gpu0/gi0/ci0/access
+    4`` as its tests have them); the numbering past those (15 GPU instances of 8 compute instances per GPU) is the
+    simulator's: the toolkit and the device plugin only look minors up in this file."""
+    lines = [("config", 1), ("monitor", 2)]
+    for gpu in sorted(g["minor"] for g in gpus):
+        for gi in range(15):
+            base = 3 + gpu * 135 + gi * 9
+            lines.append((f"gpu{gpu}/gi{gi}/access", base))
+            lines += [(f"gpu{gpu}/gi{gi}/ci{ci}/access", base + 1 + ci) for ci in range(8)]
+    return lines
 
 
 class SimNode:

@@ -61,6 +61,8 @@ FAULTS = {
                         "anyone created instances): CUDA sees no device on it",
     "reset-required": "GPU 1 requires a reset after an unrecoverable error (nvidia-smi reset_status.reset_required "
                       "Yes)",
+    "mig-caps-missing": "GPU 0 has two MIG devices (1g.5gb) but /dev/nvidia-caps holds no capability node (as on a "
+                        "host whose /dev was populated without the driver's tools): no container can be given one",
     "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
                       "that does not run as root gets NVML's 'Insufficient Permissions'",
 }
@@ -98,6 +100,7 @@ def driver_state(node: str, profile: dict) -> dict:
     for index in range(count if model else 0):
         gpu_model = model
         bus = gpu_model.bus_numbers[index % len(gpu_model.bus_numbers)]
+        mig = ["1g.5gb", "1g.5gb"] if index == 0 and "mig-caps-missing" in faults else gpu.get("mig")
         gpus.append({
             "index": index,
             "minor": index,
@@ -110,10 +113,10 @@ def driver_state(node: str, profile: dict) -> dict:
             "pci_bus_id": f"00000000:{bus:02X}:00.0",
             "pci_device_id": gpu_model.pci_device_id,
             "serial": f"{1560000000000 + uuid.uuid5(uuid.NAMESPACE_DNS, node).int % 10**9 + index:013d}",
-            "mig_mode": "Enabled" if (gpu.get("mig") or (index == 0 and "mig-no-instances" in faults))
+            "mig_mode": "Enabled" if (mig or (index == 0 and "mig-no-instances" in faults))
                         and gpu_model.mig_capable else ("Disabled" if gpu_model.mig_capable else "N/A"),
             "fallen_off_bus": index == 0 and "fallen-off-bus" in faults,
-            "mig_devices": mig_devices(node, index, gpu.get("mig")) if gpu_model.mig_capable else [],
+            "mig_devices": mig_devices(node, index, mig) if gpu_model.mig_capable else [],
             "ecc_uncorrected": 2 if index == 1 and "ecc-uncorrectable" in faults else 0,
             # row remapping replaced page retirement with Ampere (the MIG-capable generation here)
             "remapping": gpu_model.mig_capable,
@@ -137,6 +140,7 @@ def driver_state(node: str, profile: dict) -> dict:
         "no_devices": "no-gpu" in faults,
         "uvm": "uvm-missing" not in faults,
         "ctl_mode": 0o600 if "nvidiactl-0600" in faults else 0o666,
+        "mig_caps": "mig-caps-missing" not in faults,  # the capability nodes of the MIG devices are created
         "gpus": gpus,
         "nvswitch_count": switch_count,
         "fabricmanager": {

@@ -140,8 +140,24 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
 
 
 def mig_checks(state: dict) -> list[Finding]:
-    """A GPU in MIG mode with no MIG device can run nothing: CUDA sees no device on it and the plugin offers none."""
-    empty = [gpu for gpu in state["nvidia_smi"]["gpus"]
+    """A GPU in MIG mode with no MIG device can run nothing: CUDA sees no device on it and the plugin offers none.
+    MIG devices without their capability device nodes (/dev/nvidia-caps/nvidia-cap<N>, the minors in
+    /proc/driver/nvidia-caps/mig-minors) cannot be handed to a container: the device plugin and the toolkit's CDI
+    spec name those nodes for each MIG device."""
+    gpus = state["nvidia_smi"]["gpus"]
+    with_devices = [gpu for gpu in gpus if gpu.get("mig_devices")]
+    if with_devices and state.get("mig_caps") == []:
+        count = sum(len(gpu["mig_devices"]) for gpu in with_devices)
+        return [fail(f"{count} MIG device(s) exist but /dev/nvidia-caps has no capability device node: no container "
+                     "can be given a MIG device (each needs its GPU and compute instance's nvidia-cap<N> node)",
+                     [f"nvidia-smi -L: GPU {g['index']} lists {len(g['mig_devices'])} MIG device(s)"
+                      for g in with_devices] + ["ls /dev/nvidia-caps/nvidia-cap*: none"],
+                     "create the nodes as the driver's tools do: 'nvidia-modprobe -f "
+                     "/proc/driver/nvidia/capabilities/mig/config -f /proc/driver/nvidia/capabilities/mig/monitor' "
+                     "and, per instance, '-f /proc/driver/nvidia/capabilities/gpu<N>/mig/gi<G>/access' and "
+                     "'.../gi<G>/ci<C>/access' (the minors are in /proc/driver/nvidia-caps/mig-minors)",
+                     "mig-caps-missing")]
+    empty = [gpu for gpu in gpus
              if str(gpu.get("mig_mode") or "").lower() == "enabled" and gpu.get("mig_devices") == []]
     if not empty:
         return []

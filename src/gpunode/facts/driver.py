@@ -45,6 +45,7 @@ class DriverState(FactBase):
             "health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default"}],
             "remapped_rows": {"GPU-...": {"pending": "No", "failure": "No"}},   # Ampere and later
             "reset_status": [{"index": 0, "reset_required": "No", "drain_and_reset_recommended": "No"}],
+            "mig_caps": ["/dev/nvidia-caps/nvidia-cap1", ...],   # MIG capability nodes (None: not read)
             "modules": ["nvidia", "nvidia_uvm", ...],   # nvidia* and nouveau from lsmod
             "nvswitch_count": 0,
             "fabricmanager": {"active": "active", "version": "550.54.15"},
@@ -66,6 +67,9 @@ class DriverState(FactBase):
             section("mig"),  # only where a GPU has MIG mode on: nvidia-smi -L lists its MIG devices under it
             "if [ \"${rc:-1}\" = 0 ] && printf '%s\\n' \"$out\" | grep -q ', Enabled$'; then nvidia-smi -L"
             " 2>/dev/null; fi",
+            section("caps"),  # only where a GPU has MIG mode on: the capability device nodes a MIG device needs
+            "if [ \"${rc:-1}\" = 0 ] && printf '%s\\n' \"$out\" | grep -q ', Enabled$'; then"
+            " for d in /dev/nvidia-caps/nvidia-cap*; do [ -c \"$d\" ] && echo \"$d\"; done; fi",
             section("remap"),
             f"if [ \"${{rc:-1}}\" = 0 ]; then nvidia-smi --query-remapped-rows={REMAP_FIELDS} --format=csv,noheader"
             " 2>/dev/null; fi",
@@ -163,6 +167,7 @@ class DriverState(FactBase):
             "health": health,
             "remapped_rows": remapped,
             "reset_status": resets,
+            "mig_caps": parts["caps"] if "caps" in parts else None,
             "modules": parts.get("modules", []),
             "nvswitch_count": int(switches[0]) if switches and NUMBER.fullmatch(switches[0].strip()) else 0,
             "fabricmanager": {"active": fm[0] if fm else "unknown", "version": fm[1] if len(fm) > 1 else None},
