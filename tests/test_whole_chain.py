@@ -441,6 +441,15 @@ def clear_fault(fleet: dict) -> None:
     gpunode("sim", "fault", "node01", "--clear", env=fleet["env"])
 
 
+def live_fault(name: str) -> Callable[[dict], None]:
+    """A fault a running driver acquires: no reboot to inject it, none to clear it."""
+    return lambda fleet: gpunode("sim", "fault", "node01", name, "--live", env=fleet["env"])
+
+
+def clear_live_fault(fleet: dict) -> None:
+    gpunode("sim", "fault", "node01", "--clear", "--live", env=fleet["env"])
+
+
 # a config.toml as Ubuntu's packages wrote it, on a Debian node: set with NVIDIA's own tool
 UBUNTU_LDCONFIG = ("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml "
                    "--set nvidia-container-cli.ldconfig=@/sbin/ldconfig.real")
@@ -455,10 +464,10 @@ NODE_FAULTS = {
     # before: driver "ok" with /dev/nvidia-uvm absent from its own evidence
     "uvm-missing": (sim_fault("uvm-missing"), "node01", "driver", "nvidia_uvm is not loaded", clear_fault),
     # before: not injectable (no ECC, retired-pages or remapped-rows data in the nvidia-smi stand-in)
-    "ecc-uncorrectable": (sim_fault("ecc-uncorrectable"), "node01", "driver",
-                          "uncorrectable memory errors, repair pending until a GPU reset", clear_fault),
-    "compute-prohibited": (sim_fault("compute-prohibited"), "node01", "driver", "compute mode Prohibited",
-                           clear_fault),
+    "ecc-uncorrectable": (live_fault("ecc-uncorrectable"), "node01", "driver",
+                          "uncorrectable memory errors, repair pending until a GPU reset", clear_live_fault),
+    "compute-prohibited": (live_fault("compute-prohibited"), "node01", "driver", "compute mode Prohibited",
+                           clear_live_fault),
     # before: device plugin "not checked" and "nothing is broken"
     "mig-no-instances": (sim_fault("mig-no-instances"), "node01", "driver",
                          "MIG mode is on but no MIG device exists on GPU(s) 0", clear_fault),
@@ -466,7 +475,7 @@ NODE_FAULTS = {
     "mig-caps-missing": (sim_fault("mig-caps-missing"), "node01", "driver",
                          "2 MIG device(s) exist but /dev/nvidia-caps has no capability device node", clear_fault),
     # before: not injectable (no reset_status in the nvidia-smi stand-in) and never read
-    "reset-required": (sim_fault("reset-required"), "node01", "driver", "requires a reset", clear_fault),
+    "reset-required": (live_fault("reset-required"), "node01", "driver", "requires a reset", clear_live_fault),
     "toolkit-removed": (
         lambda fleet: ssh(fleet, "node01", "apt-mark unhold nvidia-container-toolkit nvidia-container-toolkit-base "
                                            ">/dev/null; apt-get remove -y -q nvidia-container-toolkit "
@@ -701,15 +710,15 @@ def test_time_slicing_from_the_inventory_is_carried_and_expected(fleet: dict, tm
             "evidence"])
         assert code == 0 and "4 GPU(s) x 2 replicas (plugin_config sharing.timeSlicing)" in evidence, report
         # before: not injectable, nothing read it: a GPU in Exclusive_Process takes one context, not two pods
-        sim_fault("compute-exclusive")(fleet)
+        live_fault("compute-exclusive")(fleet)
         try:
             found = problem(doctor(fleet, *data)[1], "node01")
             assert (found["link"], found["code"]) == ("device_plugin", "exclusive-time-sliced"), found
             assert "nvidia-smi compute_mode: GPU 0 Exclusive_Process" in found["evidence"]
             assert ("node01", "device_plugin") in failing(verify(fleet, tmp_path, *data)[1])
         finally:
-            clear_fault(fleet)
-        wait_for(lambda: doctor(fleet, *data)[0] == 0, 180)  # node01 rebooted: its plugin registers again
+            clear_live_fault(fleet)
+        wait_for(lambda: doctor(fleet, *data)[0] == 0, 60)
         found = problem(doctor(fleet)[1], "node01")  # an inventory without the config expects one per GPU
         assert found["code"] == "offers-more" and "node01 offers 8 allocatable nvidia.com/gpu" in found["what"]
         # someone edits the config in the cluster: the next deploy refuses to drop it, and says where it is

@@ -12,7 +12,7 @@ import click
 from gpunode.errors import GpunodeError
 from gpunode_sim import fleet
 from gpunode_sim.host.paths import SimPaths
-from gpunode_sim.spec.gpus import FAULTS, MODELS
+from gpunode_sim.spec.gpus import FAULTS, LIVE_FAULTS, MODELS
 from gpunode_sim.spec.profiles import OPERATING_SYSTEMS, builtin_profiles, plan_fleet
 
 
@@ -226,18 +226,25 @@ def exec_(node: str, command: tuple[str, ...]) -> None:
 @sim.command()
 @click.argument("node")
 @click.argument("faults", nargs=-1)
-@click.option("--clear", is_flag=True, help="Remove every injected fault.")
-def fault(node: str, faults: tuple[str, ...], clear: bool) -> None:
+@click.option("--clear", is_flag=True, help="Remove every injected fault (with --live: the live ones).")
+@click.option("--live", is_flag=True, help="No reboot: faults a running driver acquires (" + ", ".join(LIVE_FAULTS)
+              + ").")
+def fault(node: str, faults: tuple[str, ...], clear: bool, live: bool) -> None:
     """Inject driver-layer FAULTS into NODE and reboot it (its disk is kept), or --clear them.
 
     \b
     Examples:
       gpunode sim fault node01 driver-not-loaded
       gpunode sim fault node01 --clear
+      gpunode sim fault node01 ecc-uncorrectable --live
+      gpunode sim fault node01 --clear --live
     Faults: see 'gpunode sim profiles'.
     """
     if not faults and not clear:
         raise GpunodeError("name a fault or give --clear", "faults: " + ", ".join(FAULTS))
+    if live:
+        fleet.set_live_faults(SimPaths.from_env(), node, [] if clear else list(faults), say)
+        return
     report = fleet.restart_node(SimPaths.from_env(), node, say, [] if clear else list(faults))
     if report.failed:
         raise GpunodeError(f"{node} did not come back: {report.failed[0].error}", report.failed[0].console)

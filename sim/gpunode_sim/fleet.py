@@ -43,7 +43,7 @@ from gpunode_sim.node.simnode import (
 )
 from gpunode_sim.registry import server as registry
 from gpunode_sim.repos.aptrepo import REPO_PATH, build_repo
-from gpunode_sim.spec.gpus import DEFAULT_DRIVER, FAULTS, driver_state
+from gpunode_sim.spec.gpus import DEFAULT_DRIVER, FAULTS, LIVE_FAULTS, LIVE_FIELDS, driver_state
 from gpunode_sim.spec.profiles import NodeSpec, load_profile
 
 Say = Callable[[str], None]
@@ -587,6 +587,31 @@ def install_driver(paths: SimPaths, name: str, version: str, say: Say, fabricman
     with gpu_file.open("w") as handle:  # through the node's own view of its disk
         handle.write(json.dumps(driver_state(name, node_profile(entry)), indent=2) + "\n")
     say(f"{name}: driver {version} installed, kernel module {loaded} still loaded (reboot to load the new one)")
+
+
+def set_live_faults(paths: SimPaths, name: str, faults: list[str], say: Say) -> None:
+    """Give a running node's GPUs the live ``faults`` (and only those: [] clears them) without a reboot, as a running
+    driver acquires an ECC error, a reset request or another compute mode; faults injected with a reboot stay."""
+    unknown = sorted(set(faults) - set(FAULTS))
+    if unknown:
+        raise GpunodeError(f"unknown fault {unknown[0]!r}", f"faults: {', '.join(FAULTS)}")
+    boot_only = sorted(set(faults) - set(LIVE_FAULTS))
+    if boot_only:
+        raise GpunodeError(f"fault {boot_only[0]!r} changes what the node's /dev or /proc hold: it needs a reboot",
+                           f"inject it without --live; live faults: {', '.join(LIVE_FAULTS)}")
+    state = FleetState(paths)
+    entry = node_entry(state, name)
+    entry["faults"] = [f for f in entry.get("faults") or [] if f not in LIVE_FAULTS] + faults
+    state.save()
+    gpu_file = Path(f"/proc/{node_pid1(paths, name)}/root/etc/gpunode-sim/gpu.json")
+    current = json.loads(gpu_file.read_text())
+    fresh = driver_state(name, node_profile(entry))
+    for gpu, new in zip(current["gpus"], fresh["gpus"], strict=True):
+        gpu.update({key: new[key] for key in LIVE_FIELDS})
+    current["faults"] = fresh["faults"]
+    with gpu_file.open("w") as handle:  # through the node's own view of its disk
+        handle.write(json.dumps(current, indent=2) + "\n")
+    say(f"{name}: live faults now {', '.join(faults) or 'none'} (no reboot)")
 
 
 def leftovers(paths: SimPaths) -> list[str]:

@@ -68,6 +68,12 @@ FAULTS = {
 }
 
 
+# faults a running driver acquires (or loses) without a reboot, and the fields of a GPU's state they change: they
+# can be injected live ('gpunode sim fault --live'), the others change what the node's /dev and /proc hold at boot
+LIVE_FAULTS = ("ecc-uncorrectable", "compute-prohibited", "compute-exclusive", "reset-required")
+LIVE_FIELDS = ("ecc_uncorrected", "memory_pending", "compute_mode", "reset_required")
+
+
 def gpu_uuid(node: str, index: int) -> str:
     """A stable, GPU-style UUID for GPU ``index`` of ``node``."""
     raw = uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}.gpu{index}.gpunode.sim")
