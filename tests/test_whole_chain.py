@@ -388,6 +388,35 @@ def test_lint_says_exactly_what_the_api_server_says(fleet: dict, limits: dict | 
     assert caught.value.status.message == f'Pod "bad" is invalid: {words}'
 
 
+DRA_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "i", "resources": {"claims": [{"name": "gpus"}]}}]}}
+DRA_TEMPLATE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "bad", "namespace": "default"},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.gpunode.io", "count": -1}}]}}}}
+
+
+@pytest.mark.parametrize("document", [
+    DRA_POD,  # a container's claim the pod does not list (its list empty)
+    {**DRA_POD, "spec": {**DRA_POD["spec"], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "t"}]}},
+    DRA_TEMPLATE,  # a request count below one
+])
+def test_lint_says_what_the_api_server_says_of_dra_references(fleet: dict, document: dict) -> None:
+    """gpunode lint's DRA errors against the real 1.37 API server's (resource.k8s.io/v1), for the same object."""
+    import yaml
+    from lightkube.resources.resource_v1 import ResourceClaimTemplate
+
+    from gpunode.lint import lint_text
+
+    errors = [f.what for f in lint_text(yaml.safe_dump(document), "m.yaml") if f.level == "error"]
+    kind = Pod if document["kind"] == "Pod" else ResourceClaimTemplate
+    with pytest.raises(ApiError) as caught:
+        api(fleet).create(kind.from_dict(document), dry_run=True)
+    group = "" if kind is Pod else ".resource.k8s.io"
+    assert caught.value.status.code == 422
+    assert caught.value.status.message == f'{document["kind"]}{group} "bad" is invalid: {errors[0]}', errors
+
+
 def test_a_workload_whose_pods_a_quota_refuses_is_diagnosed_before_any_pod_exists(fleet: dict) -> None:
     """Before: 'pods "trainer" not found', fix 'kubectl get pods -A'; the quota and FailedCreate never read."""
     client = api(fleet)

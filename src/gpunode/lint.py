@@ -19,6 +19,9 @@ from pathlib import Path
 
 import yaml
 
+from gpunode import lint_dra
+from gpunode.lint_dra import Manifest
+
 GPU_PREFIX = "nvidia.com/"
 RUNTIME_CLASS = "nvidia"
 # kind -> path from the document to its pod spec
@@ -283,8 +286,9 @@ def lint_document(document: dict, root: yaml.Node, source: str, nvidia_default: 
     return findings
 
 
-def lint_text(text: str, source: str, nvidia_default: bool = False) -> list[LintFinding]:
-    """Findings for every workload document of one YAML/JSON stream; a parse error raises ValueError."""
+def parse_manifests(text: str, source: str) -> list[Manifest]:
+    """Every object of one YAML/JSON stream (a List's items included) with its node; a parse error raises
+    ValueError naming the file and line."""
     try:
         roots = list(yaml.compose_all(text))
         documents = list(yaml.safe_load_all(text))
@@ -292,16 +296,42 @@ def lint_text(text: str, source: str, nvidia_default: bool = False) -> list[Lint
         mark = getattr(error, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
         raise ValueError(f"{where}: not valid YAML: {getattr(error, 'problem', error)}") from error
-    findings = []
+    manifests = []
     for document, root in zip(documents, roots, strict=True):
         if isinstance(document, dict) and document.get("kind") == "List":
             items = _node_at(root, ("items",))
-            for item, item_root in zip(document.get("items") or [], items.value if items else [], strict=False):
-                if isinstance(item, dict):
-                    findings += lint_document(item, item_root, source, nvidia_default)
+            manifests += [Manifest(item, item_root, source) for item, item_root in
+                          zip(document.get("items") or [], items.value if items else [], strict=False)
+                          if isinstance(item, dict)]
         elif isinstance(document, dict):
-            findings += lint_document(document, root, source, nvidia_default)
+            manifests.append(Manifest(document, root, source))
+    return manifests
+
+
+def lint_manifests(manifests: list[Manifest], nvidia_default: bool = False) -> list[LintFinding]:
+    """Each workload's findings, then the DRA references across all of them (``gpunode.lint_dra``)."""
+    findings = [f for m in manifests for f in lint_document(m.document, m.root, m.source, nvidia_default)]
+
+    def report(manifest: Manifest, field: str, what: str, fix: str, level: str) -> None:
+        findings.append(LintFinding(manifest.source, _line_of(manifest.root, (), field), what, fix, level))
+
+    known = lint_dra.defined(manifests)
+    for manifest in manifests:
+        spec_path = POD_SPEC_PATHS.get(manifest.kind)
+        if spec_path is not None:
+            spec: object = manifest.document
+            for key in spec_path:
+                spec = spec.get(key) if isinstance(spec, dict) else None
+            if isinstance(spec, dict):
+                lint_dra.check_pod(manifest, spec, ".".join(spec_path), known, report)
+        elif manifest.kind in lint_dra.CLAIM_KINDS:
+            lint_dra.check_claim(manifest, known, report)
     return findings
+
+
+def lint_text(text: str, source: str, nvidia_default: bool = False) -> list[LintFinding]:
+    """Findings for every workload document of one YAML/JSON stream; a parse error raises ValueError."""
+    return lint_manifests(parse_manifests(text, source), nvidia_default)
 
 
 def manifest_files(target: str) -> list[Path]:
@@ -314,8 +344,9 @@ def manifest_files(target: str) -> list[Path]:
 
 
 def lint_targets(targets: list[str], nvidia_default: bool = False) -> tuple[list[LintFinding], list[str]]:
-    """Findings of every file, and the files that could not be read or parsed (each named, the rest linted)."""
-    findings: list[LintFinding] = []
+    """Findings of every file (the DRA references checked across all of them), and the files that could not be
+    read or parsed (each named, the rest linted)."""
+    manifests: list[Manifest] = []
     unreadable: list[str] = []
     for target in targets:
         if target == "-":
@@ -328,7 +359,7 @@ def lint_targets(targets: list[str], nvidia_default: bool = False) -> tuple[list
                 continue
         for source, read in sources:
             try:
-                findings += lint_text(read(), source, nvidia_default)
+                manifests += parse_manifests(read(), source)
             except (OSError, ValueError) as error:
                 unreadable.append(str(error))
-    return findings, unreadable
+    return lint_manifests(manifests, nvidia_default), unreadable
