@@ -15,6 +15,7 @@ CONTAINER_DEVICES = "/var/run/nvidia-container-devices"
 CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
 MAX_COMBINATIONS = 5000  # beyond this, a greedy choice keeps GetPreferredAllocation in milliseconds
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
+MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"  # the driver's capability minors (procfs: global, as NVIDIA reads)
 
 
 class AllocationError(Exception):
@@ -31,7 +32,40 @@ def validate_request(resource: Resource, ids: list[str], config: Config) -> list
     return [resource.devices[i] for i in ids]
 
 
-def container_response(resource: Resource, ids: list[str], config: Config) -> pb.ContainerAllocateResponse:
+def mig_minors(path: str = MIG_MINORS) -> dict[str, int]:
+    """``gpu0/gi1/access`` -> its nvidia-caps minor, from the driver's mig-minors file ({} where it is missing)."""
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    found = {}
+    for line in lines:
+        cap, _, minor = line.strip().partition(" ")
+        if minor.isdigit():
+            found[cap] = int(minor)
+    return found
+
+
+def mig_cap_paths(devices: list[LogicalDevice], minors: dict[str, int]) -> list[str]:
+    """The capability device nodes of the MIG devices, as NVIDIA's plugin passes them (its GPU instance's and
+    compute instance's access nodes); refuses a MIG device whose capability the driver does not list."""
+    paths = []
+    for device in devices:
+        if device.mig is None:
+            continue
+        base = f"gpu{device.gpu.minor}/gi{device.mig.gpu_instance}"
+        for cap in (f"{base}/access", f"{base}/ci{device.mig.compute_instance}/access"):
+            if cap not in minors:
+                raise AllocationError(f"MIG device {device.mig.uuid}: no capability {cap} in {MIG_MINORS}: its "
+                                      "device node cannot be passed")
+            paths.append(f"/dev/nvidia-caps/nvidia-cap{minors[cap]}")
+    return paths
+
+
+def container_response(resource: Resource, ids: list[str], config: Config,
+                       minors: dict[str, int] | None = None) -> pb.ContainerAllocateResponse:
+    """The answer for one container; ``minors`` (MIG capability minors) read from the driver when not given."""
     devices = validate_request(resource, ids, config)
     physical: list[LogicalDevice] = []
     seen = set()
@@ -58,6 +92,8 @@ def container_response(resource: Resource, ids: list[str], config: Config) -> pb
         root = config.device_root.rstrip("/")
         paths = [p for p in CONTROL_DEVICES if os.path.exists(root + p)]
         paths += sorted({f"/dev/nvidia{d.gpu.minor}" for d in physical})
+        if any(d.mig for d in physical):
+            paths += mig_cap_paths(physical, mig_minors() if minors is None else minors)
         for path in paths:
             response.devices.add(container_path=path, host_path=root + path, permissions="rw")
     return response
