@@ -151,7 +151,7 @@ def mig_checks(state: dict) -> list[Finding]:
         return [fail(f"{count} MIG device(s) exist but /dev/nvidia-caps has no capability device node: no container "
                      "can be given a MIG device (each needs its GPU and compute instance's nvidia-cap<N> node)",
                      [f"nvidia-smi -L: GPU {g['index']} lists {len(g['mig_devices'])} MIG device(s)"
-                      for g in with_devices] + ["ls /dev/nvidia-caps/nvidia-cap*: none"],
+                      for g in with_devices] + [f"/dev/nvidia-caps/nvidia-cap*: {len(state['mig_caps'])} node(s)"],
                      "create the nodes as the driver's tools do: 'nvidia-modprobe -f "
                      "/proc/driver/nvidia/capabilities/mig/config -f /proc/driver/nvidia/capabilities/mig/monitor' "
                      "and, per instance, '-f /proc/driver/nvidia/capabilities/gpu<N>/mig/gi<G>/access' and "
