@@ -112,6 +112,9 @@ DRIVER_CASES = [
     ("caps not read (older facts)", {"smi": {"gpus": [dict(A100["nvidia_smi"]["gpus"][0], mig_mode="Enabled",
                                                             mig_devices=["1g.5gb"]), A100["nvidia_smi"]["gpus"][1]]},
                                      "mig_caps": None}, {}, []),
+    # a warning: the link holds (failures() leaves it out), the finding is there with its evidence
+    ("persistence mode off", {"health": [{"index": 1, "ecc_uncorrected": 0, "retired_pending": "No",
+                                          "compute_mode": "Default", "persistence_mode": "Disabled"}]}, {}, []),
     ("modes as the driver makes them", {"device_modes": {"/dev/nvidiactl": "666", "/dev/nvidia0": "666"}}, {}, []),
     ("nouveau bound", {"smi": {"rc": 9, "output": ["NVIDIA-SMI has failed ..."], "gpus": []},
                        "module_version": None, "modules": ["nouveau"]}, {}, ["nouveau is bound"]),
@@ -517,3 +520,15 @@ def test_toolkit_diagnosis_reads_dnf_versionlock_as_the_hold(locks: dict, expect
         assert "dnf versionlock add" in failed[0].fix
     if not expected:
         assert all("rpm -q" in line and "locked by dnf versionlock" in line for line in findings[-1].evidence[:4])
+
+
+def test_persistence_mode_off_is_a_warning_with_its_evidence() -> None:
+    state = driver_state(health=[{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default",
+                                  "persistence_mode": "Enabled"},
+                                 {"index": 1, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default",
+                                  "persistence_mode": "Disabled"}])
+    findings = driver_diagnosis.diagnose(state, NodeSettings())
+    warned = [f for f in findings if f.code == "persistence-mode-off"]
+    assert len(warned) == 1 and not warned[0].breaks and not failures(findings)
+    assert warned[0].evidence == ["nvidia-smi persistence_mode: GPU 1 Disabled"]
+    assert "nvidia-persistenced" in warned[0].fix

@@ -134,17 +134,17 @@ def test_memory_and_compute_state_are_answered_and_faults_change_them(tmp_path: 
     from gpunode.facts.driver import HEALTH_FIELDS, REMAP_FIELDS, DriverState
 
     fine = smi(tmp_path, "a100x4-containerd", f"--query-gpu={HEALTH_FIELDS}", "--format=csv,noheader,nounits")
-    assert fine.returncode == 0 and fine.stdout.splitlines()[1] == "1, 0, [N/A], Default"
+    assert fine.returncode == 0 and fine.stdout.splitlines()[1] == "1, 0, [N/A], Default, Enabled"
     broken = smi(tmp_path, "a100x4-containerd", f"--query-gpu={HEALTH_FIELDS}", "--format=csv,noheader,nounits",
-                 faults=["ecc-uncorrectable", "compute-prohibited"])
-    assert broken.stdout.splitlines()[:2] == ["0, 0, [N/A], Prohibited", "1, 2, [N/A], Default"]
+                 faults=["ecc-uncorrectable", "compute-prohibited", "persistence-off"])
+    assert broken.stdout.splitlines()[:2] == ["0, 0, [N/A], Prohibited, Enabled", "1, 2, [N/A], Default, Disabled"]
     rows = smi(tmp_path, "a100x4-containerd", f"--query-remapped-rows={REMAP_FIELDS}", "--format=csv,noheader",
                faults=["ecc-uncorrectable"])
     assert [line.split(", ")[1:] for line in rows.stdout.splitlines()] == [["No", "No"], ["Yes", "No"],
                                                                           ["No", "No"], ["No", "No"]]
     state = DriverState().process(["##gpunode:health", *broken.stdout.splitlines(), "##gpunode:remap",
                                    *rows.stdout.splitlines()])
-    assert state["health"][1]["ecc_uncorrected"] == 2
+    assert (state["health"][1]["ecc_uncorrected"], state["health"][1]["persistence_mode"]) == (2, "Disabled")
     assert [v["pending"] for v in state["remapped_rows"].values()] == ["No", "Yes", "No", "No"]
 
 

@@ -63,6 +63,7 @@ FAULTS = {
                       "Yes)",
     "mig-caps-missing": "GPU 0 has two MIG devices (1g.5gb) but /dev/nvidia-caps holds no capability node (as on a "
                         "host whose /dev was populated without the driver's tools): no container can be given one",
+    "persistence-off": "GPU 1 runs with persistence mode Disabled (nvidia-persistenced not running)",
     "nvidiactl-0600": "/dev/nvidiactl is mode 0600 (as a udev rule or NVreg_DeviceFileMode leaves it): a container "
                       "that does not run as root gets NVML's 'Insufficient Permissions'",
 }
@@ -70,8 +71,8 @@ FAULTS = {
 
 # faults a running driver acquires (or loses) without a reboot, and the fields of a GPU's state they change: they
 # can be injected live ('gpunode sim fault --live'), the others change what the node's /dev and /proc hold at boot
-LIVE_FAULTS = ("ecc-uncorrectable", "compute-prohibited", "compute-exclusive", "reset-required")
-LIVE_FIELDS = ("ecc_uncorrected", "memory_pending", "compute_mode", "reset_required")
+LIVE_FAULTS = ("ecc-uncorrectable", "compute-prohibited", "compute-exclusive", "reset-required", "persistence-off")
+LIVE_FIELDS = ("ecc_uncorrected", "memory_pending", "compute_mode", "reset_required", "persistence_mode")
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -130,6 +131,7 @@ def driver_state(node: str, profile: dict) -> dict:
             "compute_mode": "Prohibited" if index == 0 and "compute-prohibited" in faults else (
                 "Exclusive_Process" if index == 0 and "compute-exclusive" in faults else "Default"),
             "reset_required": index == 1 and "reset-required" in faults,
+            "persistence_mode": "Disabled" if index == 1 and "persistence-off" in faults else "Enabled",
         })
     nvswitch = profile.get("nvswitch") or {}
     switch_count = int(nvswitch.get("count", 0))

@@ -76,7 +76,7 @@ FIELDS = {
     "compute_cap": (lambda s, g: g["compute_cap"], ""),
     "mig.mode.current": (lambda s, g: g["mig_mode"] if g["mig_mode"] != "N/A" else "[N/A]", ""),
     "mig.mode.pending": (lambda s, g: g["mig_mode"] if g["mig_mode"] != "N/A" else "[N/A]", ""),
-    "persistence_mode": (lambda s, g: "Enabled", ""),
+    "persistence_mode": (lambda s, g: g.get("persistence_mode", "Enabled"), ""),
     "temperature.gpu": (lambda s, g: "32", ""),
     "utilization.gpu": (lambda s, g: "0", "%"),
     "power.draw": (lambda s, g: f"{power_draw(g):.2f}", "W"),

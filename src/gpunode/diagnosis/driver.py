@@ -132,6 +132,7 @@ def healthy_driver_checks(state: dict, settings: NodeSettings) -> list[Finding]:
                              "install the nvidia-persistenced service"))
     findings += device_mode_checks(state)
     findings += memory_and_compute_checks(state)
+    findings += persistence_checks(state)
     findings += reset_checks(state)
     findings += mig_checks(state)
     if state["nvswitch_count"]:
@@ -200,6 +201,22 @@ def memory_and_compute_checks(state: dict) -> list[Finding]:
                                  f"nvidia-smi -i {index} -c DEFAULT (as root; it does not survive a reboot unless "
                                  "set again)", "compute-prohibited"))
     return findings
+
+
+def persistence_checks(state: dict) -> list[Finding]:
+    """GPUs with persistence mode off: the driver tears a GPU's state down whenever no process holds it, so each
+    first CUDA call initialises it again (seconds) and its error state is not kept between jobs. NVIDIA recommends
+    its persistence daemon on compute nodes; a warning, the link still holds."""
+    off = [row for row in state.get("health") or [] if row.get("persistence_mode") == "Disabled"]
+    if not off:
+        return []
+    gpus = ", ".join(str(row["index"]) for row in off)
+    return [Finding(STEP, Verdict.FINDING, f"persistence mode is off on GPU(s) {gpus}:"
+                    " the driver deinitialises them whenever no process holds them (each first CUDA call pays the "
+                    "initialisation again)", [f"nvidia-smi persistence_mode: GPU {r['index']} {r['persistence_mode']}"
+                                              for r in off],
+                    "systemctl enable --now nvidia-persistenced (NVIDIA's persistence daemon, shipped with the driver)",
+                    "persistence-mode-off", breaks=False)]
 
 
 def reset_checks(state: dict) -> list[Finding]:

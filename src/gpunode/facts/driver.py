@@ -22,7 +22,7 @@ NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes di
 MODE = re.compile(r"[0-7]{3,4}")  # a file mode as stat -c %a prints it
 
 # NVIDIA's documented --query-gpu / --query-remapped-rows field names (nvidia-smi --help-query-gpu)
-HEALTH_FIELDS = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,compute_mode"
+HEALTH_FIELDS = "index,ecc.errors.uncorrected.volatile.total,retired_pages.pending,compute_mode,persistence_mode"
 REMAP_FIELDS = "gpu_uuid,remapped_rows.pending,remapped_rows.failure"
 # the reset_status section (in the --help-query-gpu of recent drivers; an older nvidia-smi refuses these fields and
 # the section stays empty: not read)
@@ -42,7 +42,8 @@ class DriverState(FactBase):
             "proc_version": "NVRM version: ...",
             "devices": ["/dev/nvidiactl", "/dev/nvidia0", ...],
             "device_modes": {"/dev/nvidiactl": "666", ...},   # as stat -c %a printed them
-            "health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default"}],
+            "health": [{"index": 0, "ecc_uncorrected": 0, "retired_pending": "No", "compute_mode": "Default",
+                        "persistence_mode": "Enabled"}],   # persistence_mode None: not read (older output)
             "remapped_rows": {"GPU-...": {"pending": "No", "failure": "No"}},   # Ampere and later
             "reset_status": [{"index": 0, "reset_required": "No", "drain_and_reset_recommended": "No"}],
             "mig_caps": ["/dev/nvidia-caps/nvidia-cap1", ...],   # MIG capability nodes (None: not read)
@@ -100,10 +101,12 @@ class DriverState(FactBase):
         health = []
         for line in parts.get("health", []):
             values = [v.strip() for v in line.split(",")]
-            if len(values) == 4 and NUMBER.fullmatch(values[0]):
-                index, ecc, retired, compute = values
+            if len(values) in (4, 5) and NUMBER.fullmatch(values[0]):
+                index, ecc, retired, compute = values[:4]
+                persistence = values[4] if len(values) == 5 and "N/A" not in values[4] else None
                 health.append({"index": int(index), "ecc_uncorrected": int(ecc) if NUMBER.fullmatch(ecc) else None,
-                               "retired_pending": None if "N/A" in retired else retired, "compute_mode": compute})
+                               "retired_pending": None if "N/A" in retired else retired, "compute_mode": compute,
+                               "persistence_mode": persistence})
         remapped = {}
         for line in parts.get("remap", []):
             values = [v.strip() for v in line.split(",")]

@@ -7,7 +7,7 @@ after it skip themselves there (they ask ``gpu_present``).
 
 from __future__ import annotations
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import Host, operation
 
 from gpunode.diagnosis import Verdict, failures
@@ -72,5 +72,8 @@ def checked(settings: NodeSettings):
         host.noop(findings[0].what + "; GPU steps skipped on this host")
         return
     host_run(host).gpu = True
+    for finding in findings:
+        if finding.state is Verdict.FINDING and not finding.breaks:
+            host.log_styled(f"warning: {finding.what}", fg="yellow", log_func=logger.warning)
     gpus = state["nvidia_smi"]["gpus"]
     host.noop(f"driver {gpus[0]['driver_version']} OK with {len(gpus)}x {gpus[0]['name']}")
