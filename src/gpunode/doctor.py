@@ -101,8 +101,10 @@ def host_links(host: str, verification: Verification) -> list[Link]:
     links = []
     for step in STEPS:
         result = verification.result(host, step)
-        if result.state is Verdict.OK:
-            links.append(Link(step, Verdict.OK, result.reason, result.proof))
+        if result.state is Verdict.OK:  # with its warnings (findings that do not break it), each with its evidence
+            warned = [f for f in result.findings if f.state is Verdict.FINDING and not f.breaks]
+            links.append(Link(step, Verdict.OK, result.reason, result.proof + [
+                f"warning: {f.what} ({'; '.join(f.evidence)}; fix: {f.fix})" for f in warned]))
         elif cluster_unreadable(result):
             links.append(Link(step, Verdict.NOT_CHECKED, f"the Kubernetes API could not be read: {result.reason}"))
         elif result.state is Verdict.FINDING:
