@@ -544,6 +544,23 @@ def test_doctor_names_each_node_fault_and_verify_fails_that_step(fleet: dict, tm
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 
+def test_persistence_mode_off_is_a_warning_that_breaks_nothing(fleet: dict, tmp_path: Path) -> None:
+    """A warning: doctor and verify still pass, doctor's driver link says it with nvidia-smi's words and the fix."""
+    live_fault("persistence-off")(fleet)
+    try:
+        code, report = doctor(fleet)
+        assert code == 0, report
+        driver = next(link for link in report["links"]["node01"] if link["link"] == "driver")
+        assert driver["state"] == "ok"
+        assert any(line.startswith("warning: persistence mode is off on GPU(s) 1") and
+                   "nvidia-smi persistence_mode: GPU 1 Disabled" in line for line in driver["evidence"]), driver
+        result, results = verify(fleet, tmp_path)
+        assert result.returncode == 0
+        assert [f["code"] for f in results["hosts"]["node01"]["driver"]["findings"]] == ["persistence-mode-off"]
+    finally:
+        clear_live_fault(fleet)
+
+
 def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(fleet: dict, tmp_path: Path) -> None:
     """Before: the pod failed, doctor --pod said "container exited", doctor said nothing is broken."""
     ssh(fleet, "node01", UBUNTU_LDCONFIG)
