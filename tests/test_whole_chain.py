@@ -555,7 +555,7 @@ def test_persistence_mode_off_is_a_warning_that_breaks_nothing(fleet: dict, tmp_
         assert any(line.startswith("warning: persistence mode is off on GPU(s) 1") and
                    "nvidia-smi persistence_mode: GPU 1 Disabled" in line for line in driver["evidence"]), driver
         result, results = verify(fleet, tmp_path)
-        assert result.returncode == 0
+        assert result.returncode == 0 and "warning node01 driver: persistence mode is off on GPU(s) 1" in result.stdout
         assert [f["code"] for f in results["hosts"]["node01"]["driver"]["findings"]] == ["persistence-mode-off"]
     finally:
         clear_live_fault(fleet)

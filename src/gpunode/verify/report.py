@@ -10,7 +10,8 @@ CSS = {"ok": "ok", "finding": "finding", "not checked": "not-checked"}
 
 
 def table(results: dict) -> str:
-    """A plain-text grid, hosts down, steps across, then one line per finding and per driver not checked."""
+    """A plain-text grid, hosts down, steps across, then one line per finding, per driver not checked and per
+    warning (a finding that does not break its step)."""
     steps = results["steps"]
     hosts = results["hosts"]
     width = max([4] + [len(h) for h in hosts])
@@ -25,6 +26,7 @@ def table(results: dict) -> str:
                 notes.append(f"FINDING {host} {step}: {result['reason']}")
             elif result["state"] == "not checked" and step == "driver":
                 notes.append(f"not checked {host} {step}: {result['reason']}")
+            notes += [f"warning {host} {step}: {f['what']}" for f in result["findings"] if not f.get("breaks", True)]
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
