@@ -251,9 +251,7 @@ def lint_document(document: dict, root: yaml.Node, source: str, nvidia_default: 
     spec_path = POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     if spec_path is None:
         return []
-    spec: object = document
-    for key in spec_path:
-        spec = spec.get(key) if isinstance(spec, dict) else None
+    spec = lint_dra.value_at(document, spec_path)
     if not isinstance(spec, dict):
         return []
     name = (document.get("metadata") or {}).get("name", "?")
@@ -319,9 +317,7 @@ def lint_manifests(manifests: list[Manifest], nvidia_default: bool = False) -> l
     for manifest in manifests:
         spec_path = POD_SPEC_PATHS.get(manifest.kind)
         if spec_path is not None:
-            spec: object = manifest.document
-            for key in spec_path:
-                spec = spec.get(key) if isinstance(spec, dict) else None
+            spec = lint_dra.value_at(manifest.document, spec_path)
             if isinstance(spec, dict):
                 lint_dra.check_pod(manifest, spec, ".".join(spec_path), known, report)
         elif manifest.kind in lint_dra.CLAIM_KINDS:

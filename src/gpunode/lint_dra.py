@@ -40,6 +40,13 @@ class Manifest:
         return (self.document.get("metadata") or {}).get("namespace")
 
 
+def value_at(document: object, path: tuple[str, ...]) -> object:
+    """The value at ``path`` (keys from the document), None where a step is missing or not a mapping."""
+    for key in path:
+        document = document.get(key) if isinstance(document, dict) else None
+    return document
+
+
 # (manifest, path through the document to the offending field, what, fix, level)
 Report = Callable[[Manifest, str, str, str, str], None]
 
@@ -93,12 +100,9 @@ def check_pod(manifest: Manifest, spec: dict, spec_path: str, known: dict[str, s
 def check_claim(manifest: Manifest, known: dict[str, set], report: Report) -> None:
     """Each request's device class and count (v1: ``exactly`` and ``firstAvailable``; v1beta1: the request)."""
     path = CLAIM_KINDS[manifest.kind]
-    spec: object = manifest.document
-    for key in path:
-        spec = spec.get(key) if isinstance(spec, dict) else None
-    requests = ((spec or {}).get("devices") or {}).get("requests") if isinstance(spec, dict) else None
+    requests = value_at(manifest.document, (*path, "devices", "requests"))
     base = ".".join(path) + ".devices.requests"
-    for index, request in enumerate(requests or []):
+    for index, request in enumerate(requests if isinstance(requests, list) else []):
         if not isinstance(request, dict):
             continue
         asks = [(f"{base}[{index}].exactly", request["exactly"])] if isinstance(request.get("exactly"), dict) else []

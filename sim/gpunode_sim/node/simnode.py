@@ -140,10 +140,11 @@ def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list
     if uvm:
         devices += [["nvidia-uvm", UVM_MAJOR, 0, 0o666], ["nvidia-uvm-tools", UVM_MAJOR, 1, 0o666]]
     migs = [(gpu["minor"], mig) for gpu in state["gpus"] for mig in gpu.get("mig_devices") or []]
-    if migs:
-        proc["nvidia-caps/mig-minors"] = "".join(f"{cap} {minor}\n" for cap, minor in mig_minors(state["gpus"]))
-    if migs and state.get("mig_caps", True):  # created on use by the driver's tools, as nvidia-smi mig does
-        minors = dict(mig_minors(state["gpus"]))
+    lines = mig_minors(state["gpus"]) if migs else []
+    if lines:
+        proc["nvidia-caps/mig-minors"] = "".join(f"{cap} {minor}\n" for cap, minor in lines)
+    if lines and state.get("mig_caps", True):  # created on use by the driver's tools, as nvidia-smi mig does
+        minors = dict(lines)
         caps = {minors["config"]: 0o400, minors["monitor"]: 0o444}
         for gpu, mig in migs:
             caps[minors[f"gpu{gpu}/gi{mig['gpu_instance']}/access"]] = 0o444
