@@ -52,7 +52,7 @@ LAYERS = (
     ("diagnosis",),
     ("operations",),
     ("steps", "verify"),
-    ("deploy", "doctor", "preflight", "migrate", "init", "lint", "lint_dra"),
+    ("deploy", "doctor", "preflight", "migrate", "init", "lint", "lint_dra", "node_checker"),
     ("cli",),
 )
 

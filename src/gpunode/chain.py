@@ -22,6 +22,7 @@ class Step:
     fact: str | None = None  # the fact class whose output judges it (node steps); cluster steps read the API
     diagnose: str | None = None  # the function that judges that fact
     needs_nvidia: bool = False  # read only where an NVIDIA driver left a trace (a CPU node skips it)
+    condition: str = ""  # the Node condition the node checker publishes for it (node-problem-detector's style)
 
     @property
     def on_node(self) -> bool:
@@ -30,15 +31,15 @@ class Step:
 
 STEPS: tuple[Step, ...] = (
     Step("driver", "gpunode.steps.driver:driver_check", "gpunode.facts.driver:DriverState",
-         "gpunode.diagnosis.driver:diagnose"),
+         "gpunode.diagnosis.driver:diagnose", condition="GPUDriverReady"),
     Step("toolkit_repo", "gpunode.steps.toolkit_repo:toolkit_repository", "gpunode.facts.toolkit_repo:ToolkitRepoState",
-         "gpunode.diagnosis.toolkit_repo:diagnose", needs_nvidia=True),
+         "gpunode.diagnosis.toolkit_repo:diagnose", needs_nvidia=True, condition="NvidiaToolkitRepositoryReady"),
     Step("toolkit", "gpunode.steps.toolkit:toolkit_install", "gpunode.facts.toolkit:ToolkitPackages",
-         "gpunode.diagnosis.toolkit:diagnose", needs_nvidia=True),
+         "gpunode.diagnosis.toolkit:diagnose", needs_nvidia=True, condition="NvidiaContainerToolkitReady"),
     Step("runtime", "gpunode.steps.runtime:runtime_configuration", "gpunode.facts.runtime:RuntimeConfig",
-         "gpunode.diagnosis.runtime:diagnose", needs_nvidia=True),
-    Step("labels", "gpunode.steps.labels:node_labels"),
-    Step("device_plugin", "gpunode.steps.device_plugin:device_plugin_rollout"),
+         "gpunode.diagnosis.runtime:diagnose", needs_nvidia=True, condition="NvidiaRuntimeReady"),
+    Step("labels", "gpunode.steps.labels:node_labels", condition="GPUNodeLabelsReady"),
+    Step("device_plugin", "gpunode.steps.device_plugin:device_plugin_rollout", condition="GPUDevicePluginReady"),
 )
 NAMES: tuple[str, ...] = tuple(step.name for step in STEPS)
 NODE_STEPS: tuple[str, ...] = tuple(step.name for step in STEPS if step.on_node)

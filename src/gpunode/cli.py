@@ -72,8 +72,10 @@ def cli() -> None:
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the results as JSON.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False), help="Write a self-contained HTML page.")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+@click.option("--in-cluster", is_flag=True, help="Read the node checker's results (Node conditions and its "
+              "ConfigMaps) instead of reaching every host over SSH.")
 def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_path: str | None,
-           html_path: str | None, data: tuple[str, ...]) -> None:
+           html_path: str | None, data: tuple[str, ...], in_cluster: bool) -> None:
     """Prove every provisioning step on every host, changing nothing.
 
     Prints a host x step table (pass / FAIL with the reason / skip with why) and
@@ -87,10 +89,75 @@ def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_p
     from gpunode.verify import report
     from gpunode.verify.run import verify as run_verify
 
-    code, results = run_verify(inventory, list(limit), junit_xml, json_path, html_path, list(data))
+    code, results = run_verify(inventory, list(limit), junit_xml, json_path, html_path, list(data),
+                               in_cluster=in_cluster)
     if results["hosts"]:
         click.echo(report.table(results))
     sys.exit(code)
+
+
+@cli.command(name="node-check")
+@click.option("--node", envvar="NODE_NAME", required=True, help="This node's Node name (env NODE_NAME, from the "
+              "downward API's spec.nodeName).")
+@click.option("--root", default="/", show_default=True, help="Where the host's root is: / on the host, /host in "
+              "the node checker's pod (read through chroot).")
+@click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds between checks (SIGUSR1 checks at once).")
+@click.option("--once", is_flag=True, help="Check and publish once, then exit (1 if a link is broken).")
+@click.option("--settings", "settings_file", type=click.Path(dir_okay=False),
+              help="YAML mapping of the host's inventory data (toolkit_version, container_runtime, ...); "
+              "defaults where absent.")
+@click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
+@click.option("--inventory", type=click.Path(dir_okay=False), help="Read the node from outside as this inventory "
+              "reaches it (--node names the inventory host), and publish with its kubeconfig: a node the "
+              "DaemonSet does not run on yet.")
+def node_check(node: str, root: str, interval: float, once: bool, settings_file: str | None,
+               data: tuple[str, ...], inventory: str | None) -> None:
+    """Judge this node's links and publish them as Node conditions (the node checker's DaemonSet runs it).
+
+    One condition per node link (GPUDriverReady, NvidiaToolkitRepositoryReady, NvidiaContainerToolkitReady,
+    NvidiaRuntimeReady), an Event when one changes, the whole verdict in ConfigMap gpunode-node-NODE;
+    'gpunode verify --in-cluster' reads them. Reads the node, writes only its Node's status, its ConfigMap and
+    Events.
+
+    \b
+    Examples:
+      gpunode node-check --node node01 --once
+      gpunode node-check --root /host --interval 60        # in the DaemonSet's pod
+    """
+    import yaml
+
+    from gpunode import node_checker
+    from gpunode.diagnosis import Verdict
+    from gpunode.verify.targets import parse_data
+
+    values: dict = {}
+    if settings_file:
+        try:
+            loaded = yaml.safe_load(Path(settings_file).read_text())
+        except (OSError, yaml.YAMLError) as error:
+            raise GpunodeError(f"--settings {settings_file} cannot be read: {error}",
+                               "give a YAML mapping of inventory data keys") from error
+        if not isinstance(loaded, dict | None):
+            raise GpunodeError(f"--settings {settings_file} is not a mapping", "give a YAML mapping of data keys")
+        values.update(loaded or {})
+    values.update(parse_data(list(data)))
+    if inventory:
+        from gpunode.host_settings import settings_of
+        from gpunode.verify.targets import load_inventory
+
+        target = load_inventory(inventory, [node], values)[0]
+        node = settings_of(target).cluster.k8s_node_name or target.name
+    else:
+        target = node_checker.local_target(node, root, values)
+    if not once:
+        node_checker.run(target, node, interval, click.echo)
+        return
+    state = node_checker.CheckerState()
+    results, facts = node_checker.judge_own(target)
+    for condition in node_checker.publish(target, node, results, facts, interval, state) or []:
+        click.echo(f"{condition['type']}={condition['status']} ({condition['reason']}): {condition['message']}")
+    sys.exit(1 if any(r.state is Verdict.FINDING for r in results.values()) else 0)
 
 
 @cli.command(name="init")
@@ -315,8 +382,10 @@ def check(inventory: str, limit: tuple[str, ...], data: tuple[str, ...], as_json
 @click.option("--limit", multiple=True, help="Only these hosts or groups (glob patterns work); repeatable.")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--in-cluster", is_flag=True, help="Read the node checker's results (Node conditions and its "
+              "ConfigMaps) instead of reaching every host over SSH.")
 def doctor(inventory: str, node: str | None, pod: str | None, limit: tuple[str, ...], data: tuple[str, ...],
-           as_json: bool) -> None:
+           as_json: bool, in_cluster: bool) -> None:
     """Name the first broken link of the GPU chain on each node (and for a pod), with evidence and fix.
 
     Driver, toolkit repository, toolkit, runtime, node labels, device plugin, allocatable GPUs; device-plugin
@@ -335,7 +404,7 @@ def doctor(inventory: str, node: str | None, pod: str | None, limit: tuple[str, 
     from gpunode.verify.targets import parse_data
 
     try:
-        report = examine(inventory, list(limit), parse_data(list(data)), node, pod)
+        report = examine(inventory, list(limit), parse_data(list(data)), node, pod, in_cluster)
     except GpunodeError as error:
         if not as_json:
             raise

@@ -159,8 +159,8 @@ class Connections:
     def run_all(self, command: str, parallel: int) -> dict[str, Reply | Unreachable]:
         """``command`` on every host at once (up to ``parallel`` at a time); per host its reply or why not.
 
-        Local hosts (``@local``) run in the calling thread: pyinfra's local connector starts its process through
-        gevent, whose child watchers work on the main loop only.
+        Local hosts (``@local``, ``@chroot/DIR``) run in the calling thread: pyinfra's local connector starts its
+        process through gevent, whose child watchers work on the main loop only.
         """
         def one(name: str) -> Reply | Unreachable:
             try:
@@ -171,7 +171,8 @@ class Connections:
                 return Unreachable(f"cannot read {name}: {type(error).__name__}: {error}",
                                    "run the command again; if it persists, report it with this message", "unreachable")
 
-        local = [name for name, host in self._hosts.items() if host.connector_cls.__name__ == "LocalConnector"]
+        local = [name for name, host in self._hosts.items()
+                 if host.connector_cls.__name__ in ("LocalConnector", "ChrootConnector")]
         remote = [name for name in self._hosts if name not in local]
         replies: dict[str, Reply | Unreachable] = {}
         if remote:

@@ -32,6 +32,7 @@ from gpunode.facts.workloads import KINDS as WORKLOAD_KINDS
 from gpunode.host_settings import settings_of
 from gpunode.verify.checks import CLUSTER_STEPS, CLUSTER_UNREADABLE, STEPS, ClusterView, StepResult
 from gpunode.verify.engine import Verification
+from gpunode.verify.in_cluster import InClusterVerification
 from gpunode.verify.targets import load_inventory
 
 
@@ -282,13 +283,13 @@ def unreadable_finding(error: GpunodeError) -> Finding:
 
 
 def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str] | None = None,
-            node: str | None = None, pod: str | None = None) -> DoctorReport:
+            node: str | None = None, pod: str | None = None, in_cluster: bool = False) -> DoctorReport:
     targets = load_inventory(inventory, limit or None, data)
     if node:
         targets = [t for t in targets if t.name == node]
         if not targets:
             raise GpunodeError(f"no host {node!r} in {inventory}", "use a host name of the inventory")
-    verification = Verification(targets)
+    verification = (InClusterVerification if in_cluster else Verification)(targets)
     verification.read_all()
     report = DoctorReport()
     cluster: ClusterSettings | None = None

@@ -138,7 +138,8 @@ KEYS: tuple[DataKey, ...] = (
     DataKey("label_model_prefix", str, "nvidia-", "the short model label's value prefix"),
     # cluster access
     DataKey("cluster_steps", bool, True, "False: provision the nodes only, never talk to Kubernetes"),
-    DataKey("kubeconfig", str, "", "'' means $KUBECONFIG, else ~/.kube/config (as kubectl finds it)"),
+    DataKey("kubeconfig", str, "", "'' means $KUBECONFIG, else ~/.kube/config (as kubectl finds it); "
+            "'in-cluster': the pod's ServiceAccount (the node checker)"),
     DataKey("kube_context", str, "", "'' means the kubeconfig's current-context"),
     DataKey("k8s_node_name", str, "", "per host: the Node's name when it is not the host's hostname"),
     DataKey("kube_timeout", float, 10.0, "seconds per API request", minimum=1),

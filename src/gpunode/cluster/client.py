@@ -22,6 +22,7 @@ from gpunode.inventory_data import BY_NAME, read
 
 FIELD_MANAGER = "gpunode"
 DEFAULT_KUBECONFIG = "~/.kube/config"
+IN_CLUSTER = "in-cluster"  # kubeconfig = 'in-cluster': the pod's ServiceAccount token and CA, as client-go reads them
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,16 @@ def connect(settings: ClusterSettings) -> tuple[Client, str]:
     """A client for the configured cluster (one per kubeconfig and context) and the API server's URL."""
     key = (str(settings.kubeconfig_path), settings.kube_context)
     if key in _clients:
+        return _clients[key]
+    if settings.kubeconfig == IN_CLUSTER:
+        try:
+            single = KubeConfig.from_service_account().get()
+        except (ConfigError, OSError) as error:
+            raise GpunodeError(f"kubeconfig 'in-cluster': no ServiceAccount credentials in this pod ({error})",
+                               "run it in a pod whose ServiceAccount token is mounted "
+                               "(automountServiceAccountToken: true), or give a kubeconfig file") from error
+        _clients[key] = (Client(single, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(settings.kube_timeout),
+                                trust_env=False), single.cluster.server)
         return _clients[key]
     path = settings.kubeconfig_path
     if not path.is_file():

@@ -101,11 +101,15 @@ def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> li
     return dirs
 
 
-def render(settings: ManifestSettings, templates: Path = TEMPLATES) -> str:
+PLUGIN_TEMPLATE = "device-plugin.yaml.j2"
+CHECKER_TEMPLATE = "node-checker.yaml.j2"  # the node checker's ServiceAccount, rights and own-node policy
+
+
+def render(settings: ManifestSettings, templates: Path = TEMPLATES, name: str = PLUGIN_TEMPLATE) -> str:
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(template_dirs(settings, templates)),
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     try:
-        template = environment.get_template("device-plugin.yaml.j2")
+        template = environment.get_template(name)
     except jinja2.TemplateNotFound as error:
         raise GpunodeError(f"template {error.name} not found in {', '.join(template_dirs(settings, templates))}",
                            "reinstall gpunode (its templates ship in the package), or put the file in "

@@ -9,8 +9,9 @@ Every API call of the cluster steps, verify and doctor is covered by exactly one
   limit ranges), the plugin's namespace and the ``nvidia`` RuntimeClass by name (read, apply and delete), and the
   list of DaemonSets (is NVIDIA's device plugin or GFD already on the nodes?);
 * in the plugin's namespace (a Role): the ServiceAccount, ConfigMap and DaemonSet gpunode applies (and deletes:
-  ``gpunode undo``), the plugin's pods (delete: a plugin restart) and the image pull Secret it writes from the
-  inventory's registry credentials (by name, but for create, which RBAC cannot limit to a name).
+  ``gpunode undo``), the list of ConfigMaps (the node checker's records, ``verify --in-cluster``), the plugin's
+  pods (delete: a plugin restart) and the image pull Secret it writes from the inventory's registry credentials
+  (by name, but for create, which RBAC cannot limit to a name).
 
 ``gpunode migrate`` alone needs more, and only for the DaemonSets it moves nodes from: read and patch NVIDIA's
 device-plugin DaemonSet, by name, in its namespace (``--rbac --migrate-from NAMESPACE/NAME``).
@@ -80,7 +81,7 @@ def migration_rules() -> list[Rule]:
 def namespace_rules() -> list[Rule]:
     return [
         Rule("", "serviceaccounts", ("get", "create", "patch", "delete")),  # delete: gpunode undo
-        Rule("", "configmaps", ("get", "create", "patch", "delete")),
+        Rule("", "configmaps", ("get", "list", "create", "patch", "delete")),  # list: the node checker's records
         Rule("apps", "daemonsets", ("get", "create", "patch", "delete")),
         Rule("", "pods", ("delete",)),
         # the pull Secret written from plugin_registry_username/_password: read, patched and deleted by name only;

@@ -9,6 +9,7 @@ operation Apply) and the labels other managers hold.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from lightkube.resources.core_v1 import Node
 
@@ -31,6 +32,7 @@ class NodeLabelsState:
     unschedulable: bool = False  # cordoned (spec.unschedulable)
     cordon_reason: str = ""  # gpunode's annotation saying why it cordoned the node, when it did
     taints: tuple[str, ...] = ()  # "key=value:Effect", as kubectl describe node prints them
+    conditions: dict[str, dict] = field(default_factory=dict)  # type -> status, reason, message, times (as strings)
 
 
 def label_keys(fields_v1: dict | None) -> set[str]:
@@ -55,7 +57,20 @@ def parse_node(name: str, node: Node | None) -> NodeLabelsState:
                            bool(node.spec and node.spec.unschedulable),
                            (node.metadata.annotations or {}).get(CORDON_REASON, ""),
                            tuple(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
-                                 for t in (node.spec.taints or [] if node.spec else [])))
+                                 for t in (node.spec.taints or [] if node.spec else [])),
+                           {c.type: {"status": c.status, "reason": c.reason or "", "message": c.message or "",
+                                     "lastHeartbeatTime": _time(c.lastHeartbeatTime),
+                                     "lastTransitionTime": _time(c.lastTransitionTime)}
+                            for c in (node.status.conditions or [] if node.status else [])})
+
+
+def _time(value: object) -> str:
+    """A condition time as the API wrote it (lightkube parses it into a datetime)."""
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return (value.astimezone(UTC) if value.tzinfo else value).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(value)
 
 
 def read_node(settings: ClusterSettings, name: str) -> NodeLabelsState:

@@ -45,6 +45,22 @@ class StepResult:
         """What was read that shows the step holds (empty unless it passed)."""
         return [line for f in self.findings if f.state is Verdict.OK for line in f.evidence]
 
+    def as_json(self) -> dict:
+        """The result as verify's JSON report has it (findings: every one that is not a proof)."""
+        return {"state": str(self.state), "reason": self.reason, "proof": self.proof,
+                "findings": [{"state": str(f.state), "breaks": f.breaks, "what": f.what, "evidence": f.evidence,
+                              "fix": f.fix, "code": f.code} for f in self.findings if f.state is not Verdict.OK]}
+
+    @classmethod
+    def from_json(cls, host: str, step: str, data: dict) -> StepResult:
+        """The result :meth:`as_json` wrote (the node checker's record); the proof comes back as one ok finding."""
+        findings = [Finding(step, Verdict(f["state"]), f["what"], list(f.get("evidence") or []), f.get("fix") or "",
+                            f.get("code") or "", bool(f.get("breaks", True))) for f in data.get("findings") or []]
+        state = Verdict(data["state"])
+        if data.get("proof"):
+            findings.append(Finding(step, Verdict.OK, data.get("reason") or "", list(data["proof"]), code="ok"))
+        return cls(host, step, state, data.get("reason") or "", findings)
+
 
 def verdict(host: str, step: str, findings: list[Finding]) -> StepResult:
     """A finding when one breaks the step; not checked when it does not apply; ok only with a proof (positive
@@ -177,12 +193,9 @@ class ClusterView:
         return results
 
 
-def judge(host: str, facts: dict[str, dict], settings: HostSettings,
-          cluster: ClusterView | None = None) -> dict[str, StepResult]:
-    """A verdict per step; GPU steps are skipped where the driver step failed or the host is CPU-only.
-
-    The cluster steps are judged from the API when ``cluster`` is given (skipped otherwise).
-    """
+def judge_node(host: str, facts: dict[str, dict], settings: HostSettings) -> dict[str, StepResult]:
+    """A verdict per node step, from the host's facts; the GPU steps are skipped where the driver step failed or
+    the host is CPU-only."""
     results: dict[str, StepResult] = {}
     for step in NODE_STEPS:
         if step != "driver":
@@ -195,12 +208,22 @@ def judge(host: str, facts: dict[str, dict], settings: HostSettings,
             results[step] = StepResult(host, step, Verdict.FINDING, "could not read the step's facts from the host")
             continue
         results[step] = verdict(host, step, DIAGNOSES[step](facts[step], settings.node))
-    if results["driver"].state is Verdict.FINDING:
-        why = "the driver step failed"
-        results.update({step: StepResult(host, step, Verdict.NOT_CHECKED, why) for step in CLUSTER_STEPS})
-    elif cluster is None:
-        results.update({step: StepResult(host, step, Verdict.NOT_CHECKED,
-                                         "cluster not checked") for step in CLUSTER_STEPS})
-    else:
-        results.update(cluster.judge(host, settings, facts, results["driver"].state is Verdict.OK))
     return results
+
+
+def judge_cluster(host: str, driver: StepResult, facts: dict[str, dict], settings: HostSettings,
+                  cluster: ClusterView | None) -> dict[str, StepResult]:
+    """A verdict per cluster step, from the API (not checked without ``cluster`` or where the driver failed)."""
+    if driver.state is Verdict.FINDING:
+        return {step: StepResult(host, step, Verdict.NOT_CHECKED, "the driver step failed") for step in CLUSTER_STEPS}
+    if cluster is None:
+        return {step: StepResult(host, step, Verdict.NOT_CHECKED, "cluster not checked") for step in CLUSTER_STEPS}
+    return cluster.judge(host, settings, facts, driver.state is Verdict.OK)
+
+
+def judge(host: str, facts: dict[str, dict], settings: HostSettings,
+          cluster: ClusterView | None = None) -> dict[str, StepResult]:
+    """A verdict per step: the node steps from the host's facts, the cluster steps from the API when ``cluster``
+    is given (skipped otherwise)."""
+    results = judge_node(host, facts, settings)
+    return {**results, **judge_cluster(host, results["driver"], facts, settings, cluster)}

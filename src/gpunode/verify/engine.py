@@ -67,12 +67,6 @@ class Verification:
 def results_as_json(verification: Verification) -> dict:
     hosts = {}
     for host in verification.targets:
-        steps = {}
-        for step in STEPS:
-            result = verification.result(host, step)
-            steps[step] = {"state": str(result.state), "reason": result.reason, "proof": result.proof,
-                           "findings": [{"state": str(f.state), "breaks": f.breaks, "what": f.what,
-                                         "evidence": f.evidence, "fix": f.fix, "code": f.code}
-                                        for f in result.findings if f.state is not Verdict.OK]}
+        steps = {step: verification.result(host, step).as_json() for step in STEPS}
         hosts[host] = steps
     return {"steps": list(STEPS), "hosts": hosts}

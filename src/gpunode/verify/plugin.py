@@ -19,6 +19,7 @@ import pytest
 from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
 from gpunode.verify.engine import Verification, results_as_json
+from gpunode.verify.in_cluster import InClusterVerification
 from gpunode.verify.targets import load_inventory, parse_data
 
 
@@ -30,6 +31,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--data", dest="gpunode_data", action="append", default=[],
                     help="override host data, KEY=VALUE, like pyinfra's --data; repeatable")
     group.addoption("--gpunode-json", dest="gpunode_json", help="write results as JSON to this file")
+    group.addoption("--in-cluster", dest="gpunode_in_cluster", action="store_true", default=False,
+                    help="read the node checker's results from the cluster instead of reaching every host")
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +55,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
                                  parse_data(session.config.getoption("gpunode_data")))
     except GpunodeError as error:
         raise pytest.UsageError(str(error)) from error
-    verification = Verification(targets)
+    kind = InClusterVerification if session.config.getoption("gpunode_in_cluster") else Verification
+    verification = kind(targets)
     verification.read_all()
     session.config.stash[VERIFICATION_KEY] = verification
 

@@ -14,8 +14,10 @@ from gpunode.verify.targets import load_inventory, parse_data
 
 
 def verify(inventory: str, limit: list[str], junit_xml: str | None, json_path: str | None,
-           html_path: str | None, data: list[str] | None = None, quiet: bool = True) -> tuple[int, dict]:
-    """Run every step's suite against the inventory; return (exit code, results)."""
+           html_path: str | None, data: list[str] | None = None, quiet: bool = True,
+           in_cluster: bool = False) -> tuple[int, dict]:
+    """Run every step's suite against the inventory; return (exit code, results). ``in_cluster``: the node
+    links from the node checker's results in the cluster (``gpunode.verify.in_cluster``), no host reached."""
     load_inventory(inventory, limit or None, parse_data(data or []))  # typos and empty --limit fail here
     with tempfile.TemporaryDirectory(prefix="gpunode-verify-") as tmp:
         results_file = Path(tmp) / "results.json"
@@ -27,6 +29,8 @@ def verify(inventory: str, limit: list[str], junit_xml: str | None, json_path: s
             args += ["--limit", pattern]
         for pair in data or []:
             args += ["--data", pair]
+        if in_cluster:
+            args.append("--in-cluster")
         if junit_xml:
             args += ["--junit-xml", junit_xml]
         args += ["-p", "no:terminal"] if quiet else ["-rfs"]

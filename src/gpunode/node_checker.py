@@ -1,0 +1,138 @@
+"""The node checker: one node judges its own links and publishes them as Node conditions (``gpunode node-check``).
+
+It runs on every GPU node (a DaemonSet, ``templates/node-checker.yaml.j2``) and reads the node through a local
+connection, no SSH: pyinfra's ``@local`` connector, or its ``@chroot`` connector over the host's root mounted
+read-only into the pod (``--root /host``: the host's own nvidia-smi, dpkg and configuration files answer). The facts
+command and the diagnosis are ``gpunode verify``'s (``gpunode.verify.engine``), so a node's condition says what
+verify would say. Every ``interval`` seconds, and at once on SIGUSR1 (``kubectl exec ... -- kill -USR1 1``), it:
+
+* patches its Node's status with one condition per node link (``gpunode.verify.node_conditions``),
+* writes its record ConfigMap when the verdict changed (evidence, fix, proof: ``verify --in-cluster`` reads it),
+* creates an Event on the Node for each condition whose status or reason changed.
+
+The cluster links (labels, device plugin) are judged by ``gpunode verify --in-cluster`` from one Node list and
+the plugin's pods, where reading them costs one list for the whole cluster instead of one per node.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from gpunode.cluster import node_status
+from gpunode.diagnosis import Verdict
+from gpunode.errors import GpunodeError
+from gpunode.host_settings import settings_of
+from gpunode.verify.checks import NODE_STEPS, StepResult
+from gpunode.verify.engine import Verification
+from gpunode.verify.node_conditions import (
+    CHECKER,
+    RECORD_KEY,
+    RECORD_LABEL,
+    RECORD_PREFIX,
+    changed,
+    conditions,
+    encode,
+    record,
+)
+from gpunode.verify.targets import Target
+
+EVENT_NAMESPACE = "default"  # where the kubelet and node-problem-detector put a Node's Events
+
+
+def local_target(node: str, root: str, data: dict[str, Any]) -> Target:
+    """This node as a verification target: ``@local``, or ``@chroot/ROOT`` when the host's root is mounted there.
+
+    The cluster links are not judged here (``cluster_steps`` off for the facts read); the API is reached with the
+    pod's ServiceAccount unless the data names a kubeconfig.
+    """
+    name = "@local" if root in ("", "/") else f"@chroot/{root.rstrip('/')}"
+    return Target(name, {"kubeconfig": "in-cluster", **data, "k8s_node_name": node}, [])
+
+
+@dataclass
+class CheckerState:
+    """What the checker last published (read back from the API when it starts)."""
+
+    conditions: dict[str, dict] = field(default_factory=dict)
+    record: str | None = None  # None: not read yet
+
+
+def judge_own(target: Target) -> tuple[dict[str, StepResult], dict[str, dict]]:
+    """The node links' results and the facts they were judged from (a node that cannot be read fails at the
+    driver link with why, as verify says it)."""
+    quiet = Target(target.name, {**target.data, "cluster_steps": False}, target.groups)
+    verification = Verification([quiet])
+    try:
+        verification.read_all()
+    finally:
+        verification.connections.close()
+    results = {step: verification.result(quiet.name, step) for step in NODE_STEPS}
+    return results, verification.facts.get(quiet.name, {})
+
+
+def evidence_of(result: StepResult) -> list[str]:
+    """What an Event quotes: the breaking finding's evidence and fix, or the proof."""
+    if result.state is Verdict.OK:
+        return result.proof
+    lines: list[str] = []
+    for finding in result.findings:
+        if finding.state is Verdict.FINDING and finding.breaks:
+            lines += [*finding.evidence, *([f"fix: {finding.fix}"] if finding.fix else [])]
+            break
+    return lines
+
+
+def publish(target: Target, node: str, results: dict[str, StepResult], facts: dict[str, dict], interval: float,
+            state: CheckerState, now: datetime | None = None) -> list[dict]:
+    """Write the node's conditions (always: the heartbeat), its record (when changed) and the Events of the
+    conditions that changed; returns those."""
+    parsed = settings_of(target)
+    settings, namespace = parsed.cluster, parsed.manifests.namespace
+    name = f"{RECORD_PREFIX}{node}"
+    if state.record is None:
+        state.conditions, state.record = node_status.read_own(settings, node, namespace, name)
+    moment = now or datetime.now(UTC)
+    current = conditions(results, state.conditions, moment)
+    node_status.patch_conditions(settings, node, current)
+    text = encode(record(node, results, facts, interval))
+    if text != state.record:
+        node_status.apply_record(settings, namespace, name, {RECORD_LABEL: node,
+                                                             "app.kubernetes.io/managed-by": CHECKER},
+                                 {RECORD_KEY: text})
+        state.record = text
+    moved = changed(state.conditions, current)
+    step_of = {c["type"]: step for step, c in zip(NODE_STEPS, current, strict=True)}
+    for condition in moved:
+        evidence = evidence_of(results[step_of[condition["type"]]])
+        node_status.emit_event(settings, node, EVENT_NAMESPACE, condition, evidence, moment)
+    state.conditions = {c["type"]: c for c in current}
+    return moved
+
+
+def check_once(target: Target, node: str, interval: float, state: CheckerState) -> list[dict]:
+    results, facts = judge_own(target)
+    return publish(target, node, results, facts, interval, state)
+
+
+def run(target: Target, node: str, interval: float, say: Any) -> None:
+    """Check every ``interval`` seconds, and at once on SIGUSR1, until SIGTERM or SIGINT. A failed publish is
+    said and retried at the next interval (the API may be restarting); it never stops the loop."""
+    wake, stop = threading.Event(), threading.Event()
+    signal.signal(signal.SIGUSR1, lambda *_: wake.set())
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: (stop.set(), wake.set()))
+    state = CheckerState()
+    while not stop.is_set():
+        try:
+            moved = check_once(target, node, interval, state)
+            say(f"node {node} checked: " + (", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in moved)
+                                            or "no change"))
+        except GpunodeError as error:
+            say(f"node {node}: cannot publish: {error.problem}" + (f" (fix: {error.fix})" if error.fix else ""))
+            state.record = None  # read back what is there before the next publish
+        wake.wait(interval)
+        wake.clear()
