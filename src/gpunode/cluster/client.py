@@ -103,6 +103,10 @@ def explain(error: Exception, settings: ClusterSettings, server: str, action: st
             return GpunodeError(f"{action}: the Kubernetes API at {server} refused the credentials of {settings.where} "
                                 "(401 Unauthorized: expired or revoked)",
                                 "renew the credentials in the kubeconfig (a new token or client certificate)")
+        if code == 403 and "ValidatingAdmissionPolicy" in (status.message or ""):
+            return GpunodeError(f"{action}: refused by an admission policy: {status.message}",
+                                "the policy's words say what it allows; kubectl get validatingadmissionpolicies "
+                                "shows its rules")
         if code == 403:
             return GpunodeError(f"{action}: RBAC denied: {status.message}",
                                 missing_rule(status.message or "") or

@@ -17,6 +17,7 @@ from lightkube.types import PatchType
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 
 MANAGER = "gpunode-node-checker"
+RECORD_KEY = "results.json"  # the record's key in its ConfigMap
 
 
 def read_own(settings: ClusterSettings, node: str, namespace: str, record_name: str) -> tuple[dict[str, dict], str]:
@@ -29,14 +30,14 @@ def read_own(settings: ClusterSettings, node: str, namespace: str, record_name: 
                                    "%Y-%m-%dT%H:%M:%SZ") if c.lastTransitionTime else ""}
                       for c in (found.status.conditions or [] if found.status else [])}
         configmap = get_or_none(client, ConfigMap, record_name, namespace)
-        return conditions, ((configmap.data or {}).get("results.json", "") if configmap is not None else "")
+        return conditions, ((configmap.data or {}).get(RECORD_KEY, "") if configmap is not None else "")
 
     return api_call(settings, f"read node {node} and its record", read)
 
 
 def patch_conditions(settings: ClusterSettings, node: str, conditions: list[dict]) -> None:
     api_call(settings, f"patch the status of node {node}",
-             lambda client: client.patch(Node, node, {"status": {"conditions": conditions}}, subresource="status",
+             lambda client: client.patch(Node.Status, node, {"status": {"conditions": conditions}},
                                          patch_type=PatchType.STRATEGIC, field_manager=MANAGER))
 
 

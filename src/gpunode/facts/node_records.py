@@ -12,8 +12,8 @@ from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap
 
 from gpunode.cluster.client import ClusterSettings, api_call
+from gpunode.cluster.node_status import RECORD_KEY
 
-RECORD_KEY = "results.json"
 RECORD_LABEL = "gpunode.io/node-record"
 
 
