@@ -128,3 +128,97 @@ def test_heartbeat_is_the_oldest_of_the_chains_conditions() -> None:
     assert heartbeat(conds) == NOW - timedelta(seconds=90)
     del conds["GPUDriverReady"]
     assert heartbeat(conds) is None
+
+
+@pytest.mark.parametrize("api_server", ["", "127.0.20.254:6443"])
+def test_the_checker_daemonset_has_least_privilege_and_passes_schema_validation(api_server: str) -> None:
+    import kubernetes_validate
+
+    from gpunode.cluster.manifests import ManifestSettings, documents, render
+
+    docs = documents(render(ManifestSettings(checker_image="registry.example/gpunode-node-checker:0.1.0",
+                                             checker_interval=30, checker_api_server=api_server,
+                                             pull_secret="gpunode-registry")))
+    assert [d["kind"] for d in docs][-2:] == ["ServiceAccount", "DaemonSet"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, "1.33", strict=True)
+    pod = docs[-1]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["securityContext"] == {"runAsUser": 0, "readOnlyRootFilesystem": True,
+                                            "allowPrivilegeEscalation": False,
+                                            "capabilities": {"drop": ["ALL"], "add": ["SYS_CHROOT"]}}
+    assert {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]} == {
+        "/host": True, "/etc/gpunode/node-settings": True, "/tmp": False}
+    assert container["args"] == ["--interval=30", "--settings=/etc/gpunode/node-settings"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert pod["imagePullSecrets"] == [{"name": "gpunode-registry"}]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert pod.get("hostNetwork", False) is bool(api_server)
+    assert (env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")) == (
+        ("127.0.20.254", "6443") if api_server else (None, None))
+    without = documents(render(ManifestSettings()))
+    assert "gpunode-node-checker" not in [d["metadata"]["name"] for d in without]
+
+
+def test_the_checkers_rights_are_printed_with_gpunodes_own_and_limited_to_its_node() -> None:
+    import yaml
+
+    from gpunode.cluster.rbac import render
+
+    docs = list(yaml.safe_load_all(render("gpunode-system")))
+    by_name = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    role = by_name[("ClusterRole", "gpunode-node-checker")]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+                             {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]}]
+    assert by_name[("Role", "gpunode-node-checker")]["metadata"]["namespace"] == "gpunode-system"
+    policy = by_name[("ValidatingAdmissionPolicy", "gpunode-node-checker-own-node")]
+    assert "system:serviceaccount:gpunode-system:gpunode-node-checker" in \
+        policy["spec"]["matchConditions"][0]["expression"]
+    assert by_name[("ValidatingAdmissionPolicyBinding", "gpunode-node-checker-own-node")]["spec"][
+        "validationActions"] == ["Deny"]
+
+
+def test_each_nodes_settings_are_the_inventory_data_that_differ_from_the_defaults() -> None:
+    import yaml
+
+    from gpunode.cluster.manifests import node_settings_document
+    from gpunode.steps.device_plugin import checker_settings
+    from gpunode.verify.targets import Target
+
+    hosts = [Target("node01", {"toolkit_version": "1.20.0-1", "containerd_systemd_cgroup": False}, []),
+             Target("10.0.0.7", {"k8s_node_name": "gpu-b", "container_runtime": "docker"}, []),
+             Target("bad", {"toolkit_version": 17}, []), Target("plain", {}, [])]
+    per_node = checker_settings(hosts)
+    assert per_node == {"node01": {"toolkit_version": "1.20.0-1", "containerd_systemd_cgroup": False},
+                        "gpu-b": {"container_runtime": "docker"}, "plain": {}}
+    document = node_settings_document("gpunode-system", per_node)
+    assert document["metadata"]["name"] == "gpunode-node-settings"
+    assert yaml.safe_load(document["data"]["node01.yaml"]) == per_node["node01"]
+    assert sorted(document["data"]) == ["gpu-b.yaml", "node01.yaml", "plain.yaml"]
+
+
+def test_the_checker_image_holds_gpunodes_package_with_its_templates_and_readme() -> None:
+    from pathlib import Path
+
+    from gpunode.image.build import CHECKER, source_files
+
+    root = Path(__file__).parents[1]
+    names = {str(p.relative_to(root)) for p in source_files(root, CHECKER)}
+    assert {"pyproject.toml", "README.md", "src/gpunode/cli.py", "src/gpunode/templates/node-checker.yaml.j2",
+            "src/gpunode/templates/device-plugin.yaml.j2", "src/gpunode/node_checker.py"} <= names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert CHECKER.entrypoint[-4:] == ("gpunode.cli", "node-check", "--root", "/host")
+
+
+def test_a_host_root_the_checker_cannot_enter_fails_the_driver_link_with_the_fix(tmp_path) -> None:
+    from gpunode import node_checker
+
+    target = node_checker.local_target("node01", str(tmp_path / "no-such-root"), {})
+    assert target.name == f"@chroot/{tmp_path / 'no-such-root'}" and target.data["kubeconfig"] == "in-cluster"
+    results, facts = node_checker.judge_own(target)
+    driver = results["driver"]
+    assert driver.state is Verdict.FINDING and facts == {}
+    assert driver.reason.startswith(f"cannot read the host's root at {tmp_path / 'no-such-root'}: ")
+    assert "SYS_CHROOT" in driver.findings[0].fix
+    assert all(results[step].state is Verdict.NOT_CHECKED for step in NODE_STEPS[1:])
+    assert node_checker.local_target("node01", "/", {}).name == "@local"

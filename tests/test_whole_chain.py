@@ -10,7 +10,6 @@ fail on the step that owns it.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import tomlkit
 import yaml
-from lightkube import ApiError, codecs
+from lightkube import ApiError
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
 from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota
 from lightkube.resources.node_v1 import RuntimeClass
@@ -563,32 +562,53 @@ def test_persistence_mode_off_is_a_warning_that_breaks_nothing(fleet: dict, tmp_
         clear_live_fault(fleet)
 
 
-def checker_kubeconfig(fleet: dict, tmp_path: Path, node: str) -> Path:
-    """The node checker's identity on ``node``: its manifests applied (ServiceAccount, rights, own-node policy),
-    a pod of that ServiceAccount bound to the node, and a token bound to that pod (the API server writes the
-    node's name into it, which the policy reads)."""
+CHECKER = "gpunode-node-checker"
+
+
+def checker_conditions(fleet: dict, node: str) -> dict[str, tuple[str, str, str]]:
+    from gpunode.verify.node_conditions import CONDITIONS
+
+    found = {c.type: (c.status, c.reason or "", c.message or "")
+             for c in api(fleet).get(Node, node).status.conditions or []}
+    return {kind: found[kind] for kind in CONDITIONS.values() if kind in found}
+
+
+def wait_for_condition(fleet: dict, node: str, kind: str, status: str, timeout: float) -> tuple[str, str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = checker_conditions(fleet, node).get(kind)
+        if found and found[0] == status:
+            return found
+        if time.monotonic() > deadline:
+            pods = [(p.metadata.name, p.spec.nodeName, p.status.phase, [
+                (c.state.waiting.reason if c.state and c.state.waiting else "", c.restartCount)
+                for c in p.status.containerStatuses or []])
+                for p in api(fleet).list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": CHECKER})]
+            raise AssertionError(f"{kind} of {node} is {found}, not {status}, after {timeout:.0f} s; pods: {pods}")
+        time.sleep(1)
+
+
+def checker_pod(fleet: dict, node: str) -> Pod:
+    pods = [p for p in api(fleet).list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": CHECKER})
+            if p.spec.nodeName == node and not p.metadata.deletionTimestamp]
+    assert len(pods) == 1, [p.metadata.name for p in pods]
+    return pods[0]
+
+
+def kubeconfig_of(fleet: dict, tmp_path: Path, pod: Pod) -> Path:
+    """A kubeconfig with the node checker's token bound to ``pod``, as its kubelet gets one."""
     from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import ServiceAccount
 
-    from gpunode.cluster.manifests import CHECKER_TEMPLATE, ManifestSettings, documents, render
-
-    client = api(fleet)
-    for doc in documents(render(ManifestSettings(namespace=NAMESPACE), name=CHECKER_TEMPLATE)):
-        client.apply(codecs.from_dict(doc), field_manager="test", force=True)
-    pod = client.apply(Pod.from_dict({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"checker-identity-{node}", "namespace": NAMESPACE},
-        "spec": {"nodeName": node, "serviceAccountName": "gpunode-node-checker", "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "main", "image": "gpunode-workload:1", "imagePullPolicy": "Never",
-                                 "command": ["sleep", "3600"]}]}}), field_manager="test", force=True)
-    token = client.create(ServiceAccount.Token(metadata=ObjectMeta(), spec=TokenRequestSpec(
+    token = api(fleet).create(ServiceAccount.Token(metadata=ObjectMeta(), spec=TokenRequestSpec(
         audiences=[], expirationSeconds=3600,
         boundObjectRef=BoundObjectReference(kind="Pod", apiVersion="v1", name=pod.metadata.name,
                                             uid=pod.metadata.uid))),
-        "gpunode-node-checker", namespace=NAMESPACE).status.token
+        CHECKER, namespace=NAMESPACE).status.token
     admin = yaml.safe_load((Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "kubeconfig").read_text())
     cluster = admin["clusters"][0]
-    path = tmp_path / f"checker-{node}.kubeconfig"
+    path = tmp_path / "checker.kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "checker", "clusters": [cluster],
         "users": [{"name": "checker", "user": {"token": token}}],
@@ -596,65 +616,63 @@ def checker_kubeconfig(fleet: dict, tmp_path: Path, node: str) -> Path:
     return path
 
 
-def node_check(fleet: dict, host: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    return gpunode("node-check", "--inventory", INVENTORY, "--node", host, "--once", "--interval", "60",
-                   "--data", f"kubeconfig={kubeconfig}", "--data", "kube_context=", env=fleet["env"], check=False)
-
-
 def test_the_node_checker_publishes_each_link_as_a_node_condition_and_verify_in_cluster_reads_it(
         fleet: dict, tmp_path: Path) -> None:
-    """The checker, with only its own rights and its own node's token, writes node01's chain conditions (all True
-    after the deploy), its record and Events; breaking the runtime turns NvidiaRuntimeReady False with the
-    diagnosis' reason, and doctor --in-cluster names it with the fix doctor over SSH gives."""
+    """The deploy runs the node checker on every GPU node (its own image from the fleet's registry, its own
+    least-privilege identity, the host's root read-only through chroot): each GPU node carries the chain's
+    conditions, all True; verify --in-cluster says what verify over SSH says; a runtime fault on node01 turns
+    NvidiaRuntimeReady False with the diagnosis' reason within an interval, with an Event, and doctor
+    --in-cluster names it with doctor's fix; the checker's token may not write another node's status."""
     from gpunode.verify.node_conditions import CONDITIONS, camel
 
-    client = api(fleet)
-    kubeconfig = checker_kubeconfig(fleet, tmp_path, "node01")
-    try:
-        result = node_check(fleet, "node01", kubeconfig)
-        assert result.returncode == 0, result.stdout + result.stderr
-        conditions = {c.type: c for c in client.get(Node, "node01").status.conditions}
-        assert {kind: (conditions[kind].status, conditions[kind].reason) for kind in CONDITIONS.values()} == \
-            dict.fromkeys(CONDITIONS.values(), ("True", "Verified"))
-        assert conditions["Ready"].status == "True"  # the kubelet's own conditions are left as they were
-        # its own node only: the policy refuses node02's status and another node's record, in its words
-        denied = gpunode("node-check", "--inventory", INVENTORY, "--node", "node02", "--once", "--data",
-                         f"kubeconfig={kubeconfig}", "--data", "kube_context=", env=fleet["env"], check=False)
-        assert denied.returncode == 1
-        assert "the node checker of node node01 may not write the status of node node02" in denied.stderr, \
-            denied.stderr
-        ssh_result, ssh_results = verify(fleet, tmp_path, "--limit", "node01")
-        out = tmp_path / "in-cluster.json"
-        in_cluster = gpunode("verify", INVENTORY, "--in-cluster", "--limit", "node01", "--json", str(out),
-                             env=fleet["env"], check=False)
-        assert in_cluster.returncode == ssh_result.returncode == 0, in_cluster.stdout + in_cluster.stderr
-        results = json.loads(out.read_text())
-        assert {s: r["state"] for s, r in results["hosts"]["node01"].items()} == \
-            {s: r["state"] for s, r in ssh_results["hosts"]["node01"].items()} == dict.fromkeys(results["steps"], "ok")
-        assert results["hosts"]["node01"]["runtime"]["proof"] == ssh_results["hosts"]["node01"]["runtime"]["proof"]
+    interval = 20  # the simulated fleet's checker_interval
+    for node in ("node01", "node02"):
+        for kind in CONDITIONS.values():
+            wait_for_condition(fleet, node, kind, "True", 3 * interval + 60)
+        assert {kind: reason for kind, (_, reason, _) in checker_conditions(fleet, node).items()} == \
+            dict.fromkeys(CONDITIONS.values(), "Verified")
+    assert "GPUDriverReady" not in checker_conditions(fleet, "node03")  # a CPU node runs no checker
+    pod = checker_pod(fleet, "node01")
+    container = pod.spec.containers[0]
+    assert container.securityContext.capabilities.add == ["SYS_CHROOT"]
+    assert container.securityContext.capabilities.drop == ["ALL"] and not container.securityContext.privileged
+    assert all(m.readOnly for m in container.volumeMounts if m.mountPath == "/host")
 
-        NODE_FAULTS["runtime-not-configured"][0](fleet)
-        try:
-            result = node_check(fleet, "node01", kubeconfig)
-            assert result.returncode == 1, result.stdout + result.stderr
-            _, ssh_report = doctor(fleet, "--limit", "node01")
-            expected = problem(ssh_report, "node01")
-            runtime = next(c for c in client.get(Node, "node01").status.conditions if c.type == "NvidiaRuntimeReady")
-            assert (runtime.status, runtime.reason) == ("False", camel(expected["code"])), runtime
-            assert "no nvidia runtime" in runtime.message
-            events = [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "node01"})
-                      if e.source and e.source.component == "gpunode-node-checker"]
-            assert any(e.reason == runtime.reason and e.type == "Warning" and expected["fix"] in e.message
-                       for e in events), [(e.reason, e.message) for e in events]
-            code, report = doctor(fleet, "--in-cluster", "--limit", "node01")
-            found = problem(report, "node01")
-            assert code == 1 and (found["link"], found["code"], found["fix"]) == \
-                (expected["link"], expected["code"], expected["fix"]), (found, expected)
-        finally:
-            assert deploy(fleet, tmp_path, "runtime", "--limit", "node01")[0].returncode == 0
-        assert node_check(fleet, "node01", kubeconfig).returncode == 0
+    ssh_result, ssh_results = verify(fleet, tmp_path, "--limit", "gpu_nodes")
+    out = tmp_path / "in-cluster.json"
+    in_cluster = gpunode("verify", INVENTORY, "--in-cluster", "--limit", "gpu_nodes", "--json", str(out),
+                         env=fleet["env"], check=False)
+    assert in_cluster.returncode == ssh_result.returncode == 0, in_cluster.stdout + in_cluster.stderr
+    results = json.loads(out.read_text())
+    for host in ("node01", "node02"):
+        assert {s: r["state"] for s, r in results["hosts"][host].items()} == \
+            {s: r["state"] for s, r in ssh_results["hosts"][host].items()} == dict.fromkeys(results["steps"], "ok")
+    assert results["hosts"]["node01"]["runtime"]["proof"] == ssh_results["hosts"]["node01"]["runtime"]["proof"]
+
+    # its own node only: with the token of node01's checker pod, the policy refuses node02's status
+    kubeconfig = kubeconfig_of(fleet, tmp_path, pod)
+    denied = gpunode("node-check", "--inventory", INVENTORY, "--node", "node02", "--once", "--data",
+                     f"kubeconfig={kubeconfig}", "--data", "kube_context=", env=fleet["env"], check=False)
+    assert denied.returncode == 1
+    assert "the node checker of node node01 may not write the status of node node02" in denied.stderr, denied.stderr
+
+    NODE_FAULTS["runtime-not-configured"][0](fleet)
+    try:
+        _, ssh_report = doctor(fleet, "--limit", "node01")
+        expected = problem(ssh_report, "node01")
+        status, reason, message = wait_for_condition(fleet, "node01", "NvidiaRuntimeReady", "False", 2 * interval + 15)
+        assert reason == camel(expected["code"]) and "no nvidia runtime" in message, (reason, message)
+        events = [e for e in api(fleet).list(Event, namespace="default", fields={"involvedObject.name": "node01"})
+                  if e.source and e.source.component == CHECKER]
+        assert any(e.reason == reason and e.type == "Warning" and expected["fix"] in e.message for e in events), \
+            [(e.reason, e.message) for e in events]
+        code, report = doctor(fleet, "--in-cluster", "--limit", "node01")
+        found = problem(report, "node01")
+        assert code == 1 and (found["link"], found["code"], found["fix"]) == \
+            (expected["link"], expected["code"], expected["fix"]), (found, expected)
     finally:
-        client.delete(Pod, "checker-identity-node01", namespace=NAMESPACE, grace_period=0)
+        assert deploy(fleet, tmp_path, "runtime", "--limit", "node01")[0].returncode == 0
+    wait_for_condition(fleet, "node01", "NvidiaRuntimeReady", "True", 2 * interval + 15)
 
 
 def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(fleet: dict, tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from gpunode_sim.cluster import controlplane
 from gpunode_sim.host import prereqs
 from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.host.processes import alive
-from gpunode_sim.images import layers, plugin_image
+from gpunode_sim.images import checker_image, layers, plugin_image
 from gpunode_sim.images.tools_layer import write_tools_layer
 from gpunode_sim.node.simnode import (
     REPO_PORT,
@@ -48,6 +48,7 @@ from gpunode_sim.spec.profiles import NodeSpec, load_profile
 
 Say = Callable[[str], None]
 READY_TIMEOUT = 60.0
+CHECKER_INTERVAL = 20  # seconds: a fault shows in its Node condition within a test's patience, at little CPU
 
 
 @dataclass
@@ -137,9 +138,10 @@ def _start_control_plane(paths: SimPaths, state: FleetState, say: Say) -> Path:
     return kubeconfig
 
 
-def _start_registry(paths: SimPaths, state: FleetState, say: Say) -> str | None:
-    """The fleet's registry, running, with gpunode's plugin image pushed to it; the image's reference by digest
-    (None when no node runs the plugin from its image)."""
+def _start_registry(paths: SimPaths, state: FleetState, say: Say, checker: bool = False) \
+        -> tuple[str | None, str | None]:
+    """The fleet's registry, running, with gpunode's plugin image (and the node checker's, with ``checker``)
+    pushed to it; each image's reference by digest (None when it is not built)."""
     from gpunode.image.push import Registry, pinned, push, resolve
 
     def record(role: str, pid: int) -> None:
@@ -147,26 +149,30 @@ def _start_registry(paths: SimPaths, state: FleetState, say: Say) -> str | None:
         state.save()
 
     reach = registry.start(paths, state.data["services"], record, alive)
-    built = plugin_image.built(paths.cache)
-    if built is None:
-        return None
-    described = plugin_image.describe(built)
-    version = described["name"].rsplit(":", 1)[1]
-    pushed = f"{reach.push_host}/{registry.REPOSITORY}:{version}"
     credentials = Registry(reach.cert_dir, reach.username, reach.password)
-    try:
-        there = resolve(pushed, credentials)
-    except GpunodeError:
-        there = None
-    if there != described["digest"]:
-        started = time.monotonic()
-        digest = push(built / plugin_image.ARCHIVE, pushed, credentials)
-        say(f"pushed {pushed} ({digest[:19]}) to the fleet's registry in {time.monotonic() - started:.1f} s")
-    return pinned(f"{reach.host}/{registry.REPOSITORY}:{version}", described["digest"])
+
+    def pushed(built: Path | None, repository: str) -> str | None:
+        if built is None:
+            return None
+        described = plugin_image.describe(built)
+        version = described["name"].rsplit(":", 1)[1]
+        target = f"{reach.push_host}/{repository}:{version}"
+        try:
+            there = resolve(target, credentials)
+        except GpunodeError:
+            there = None
+        if there != described["digest"]:
+            started = time.monotonic()
+            digest = push(built / plugin_image.ARCHIVE, target, credentials)
+            say(f"pushed {target} ({digest[:19]}) to the fleet's registry in {time.monotonic() - started:.1f} s")
+        return pinned(f"{reach.host}/{repository}:{version}", described["digest"])
+
+    return (pushed(plugin_image.built(paths.cache), registry.REPOSITORY),
+            pushed(checker_image.built(paths.cache) if checker else None, registry.CHECKER_REPOSITORY))
 
 
-def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, plugin_reference: str | None = None) \
-        -> Path:
+def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, plugin_reference: str | None = None,
+                    checker_reference: str | None = None) -> Path:
     """The inventory pyinfra and testinfra read (``inventories/sim.py`` finds it)."""
     key = paths.ssh / "id_ed25519"
     hosts = {}
@@ -206,6 +212,10 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, p
         reach = registry.access(paths)
         inventory["plugin"] = {"plugin_image": plugin_reference, "plugin_registry_username": reach.username,
                                "plugin_registry_password": reach.password}
+        if checker_reference is not None:  # the node checker on every GPU node, reaching the API as kubelets do
+            api_server = f"{paths.apiserver_address}:{controlplane.APISERVER_PORT}"
+            inventory["plugin"].update({"checker_image": checker_reference, "checker_interval": CHECKER_INTERVAL,
+                                        "checker_api_server": api_server})
     paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
     return paths.inventory_file
 
@@ -271,10 +281,16 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)
         nvml_build.ensure_built(paths.cache, say)  # the plugin's image runs its NVML backend over it
+    # the node checker runs as a pod: where every GPU node has the real kubelet (the node agent of docker nodes
+    # and of the light mode runs the device plugin's pod only)
+    checker = os.environ.get("GPUNODE_SIM_CHECKER", "on") != "off" and all(
+        real_kubelet(s.runtime) for s in specs if int(s.profile["gpu"].get("count", 0)) > 0)
+    if checker:
+        checker_image.ensure_built(paths.cache, say)
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))
     _start_repo_server(paths, state)
     _start_control_plane(paths, state, say)
-    plugin_reference = _start_registry(paths, state, say)
+    plugin_reference, checker_reference = _start_registry(paths, state, say, checker)
     key = client_key(paths.ssh)
     authorized = Path(f"{key}.pub").read_text().strip()
     bastion, bastion_key = _start_bastion(paths, state, authorized)
@@ -336,7 +352,7 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if error:
         raise GpunodeError(error, "stop the fleet with 'gpunode sim down' and start it again")
     report.ssh_config = write_client_files(paths.ssh, all_keys, (bastion.address, bastion_key))
-    report.inventory = write_inventory(paths, state, repo.fingerprint, plugin_reference)
+    report.inventory = write_inventory(paths, state, repo.fingerprint, plugin_reference, checker_reference)
     say(f"fleet ready in {time.monotonic() - started:.1f} s")
     return report
 

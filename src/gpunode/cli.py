@@ -104,9 +104,10 @@ def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_p
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds between checks (SIGUSR1 checks at once).")
 @click.option("--once", is_flag=True, help="Check and publish once, then exit (1 if a link is broken).")
-@click.option("--settings", "settings_file", type=click.Path(dir_okay=False),
-              help="YAML mapping of the host's inventory data (toolkit_version, container_runtime, ...); "
-              "defaults where absent.")
+@click.option("--settings", "settings_file", type=click.Path(),
+              help="YAML mapping of the host's inventory data (toolkit_version, container_runtime, ...), or a "
+              "folder with one NODE.yaml per node (the DaemonSet's ConfigMap gpunode-node-settings); defaults "
+              "where absent.")
 @click.option("--data", multiple=True, metavar="KEY=VALUE", help="Override host data, as pyinfra's --data.")
 @click.option("--inventory", type=click.Path(dir_okay=False), help="Read the node from outside as this inventory "
               "reaches it (--node names the inventory host), and publish with its kubeconfig: a node the "
@@ -133,14 +134,18 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
 
     values: dict = {}
     if settings_file:
-        try:
-            loaded = yaml.safe_load(Path(settings_file).read_text())
-        except (OSError, yaml.YAMLError) as error:
-            raise GpunodeError(f"--settings {settings_file} cannot be read: {error}",
-                               "give a YAML mapping of inventory data keys") from error
-        if not isinstance(loaded, dict | None):
-            raise GpunodeError(f"--settings {settings_file} is not a mapping", "give a YAML mapping of data keys")
-        values.update(loaded or {})
+        chosen = Path(settings_file) / f"{node}.yaml" if Path(settings_file).is_dir() else Path(settings_file)
+        if not chosen.exists() and chosen.parent == Path(settings_file):
+            click.echo(f"node {node}: no {chosen}: the inventory's defaults are expected", err=True)
+        else:
+            try:
+                loaded = yaml.safe_load(chosen.read_text())
+            except (OSError, yaml.YAMLError) as error:
+                raise GpunodeError(f"--settings {chosen} cannot be read: {error}",
+                                   "give a YAML mapping of inventory data keys") from error
+            if not isinstance(loaded, dict | None):
+                raise GpunodeError(f"--settings {chosen} is not a mapping", "give a YAML mapping of data keys")
+            values.update(loaded or {})
     values.update(parse_data(list(data)))
     if inventory:
         from gpunode.host_settings import settings_of
@@ -467,20 +472,24 @@ def image() -> None:
 
 
 @image.command(name="build")
-@click.option("--plugin", "source", default="plugin", show_default=True, type=click.Path(exists=True),
+@click.option("--plugin", "source", default="plugin", show_default=True, type=click.Path(),
               help="The device plugin's source folder (plugin/ of a gpunode checkout) or its wheel.")
-@click.option("--out", default="gpunode-device-plugin-image", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for image.tar (an OCI archive, also a docker load archive) and image.json.")
+@click.option("--node-checker", "checker", default=None, type=click.Path(exists=True),
+              help="Build the node checker's image instead, from gpunode's checkout (its root) or gpunode's wheel.")
+@click.option("--out", default=None, type=click.Path(file_okay=False),
+              help="Folder for image.tar (an OCI archive, also a docker load archive) and image.json "
+                   "[default: gpunode-device-plugin-image, or gpunode-node-checker-image].")
 @click.option("--cache", default=None, type=click.Path(file_okay=False),
               help="Where the base layer is kept between builds (default: $XDG_CACHE_HOME/gpunode, else "
                    "~/.cache/gpunode).")
 @click.option("--constraint", "constraint_files", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="pip constraints for the plugin's dependencies (e.g. pip freeze of a tested environment); "
                    "repeatable. The same inputs give the same image digest.")
-def image_build(source: str, out: str, cache: str | None, constraint_files: tuple[str, ...]) -> None:
-    """Build the device plugin's image without a Docker engine: Debian 12 slim with Debian's Python (debootstrap,
-    as root, once per cache folder) and the plugin with its dependencies from wheels; print the archive and its
-    digest. plugin/Dockerfile describes the same image for Docker users.
+def image_build(source: str, checker: str | None, out: str | None, cache: str | None,
+                constraint_files: tuple[str, ...]) -> None:
+    """Build the device plugin's image (or the node checker's: --node-checker) without a Docker engine: Debian 12
+    slim with Debian's Python (debootstrap, as root, once per cache folder) and the package with its dependencies
+    from wheels; print the archive and its digest. plugin/Dockerfile describes the plugin's for Docker users.
 
     \b
     Example:
@@ -489,13 +498,16 @@ def image_build(source: str, out: str, cache: str | None, constraint_files: tupl
     """
     import os
 
-    from gpunode.image.build import ARCHIVE, build
+    from gpunode.image.build import ARCHIVE, CHECKER, PLUGIN, build
 
+    recipe = CHECKER if checker else PLUGIN
+    source = checker or source
+    out = out or f"{recipe.name}-image"
     home = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpunode"
     constraints = [line.strip() for name in constraint_files for line in Path(name).read_text().splitlines()
                    if line.strip() and not line.lstrip().startswith("#")]
     described = build(Path(source).resolve(), Path(out).resolve(), Path(cache) if cache else home,
-                      lambda line: click.echo(f"  {line}", err=True), constraints=constraints)
+                      lambda line: click.echo(f"  {line}", err=True), constraints=constraints, recipe=recipe)
     click.echo(f"{Path(out).resolve() / ARCHIVE}  {described['name']}  {described['digest']}  "
                f"{described['archive_bytes'] / 2**20:.0f} MiB")
 

@@ -138,6 +138,11 @@ class Connections:
                 host.connect(show_errors=False, raise_exceptions=True)
             except ConnectError as error:
                 said = error.args[0] if error.args else str(error)
+                if host.connector_cls.__name__ == "ChrootConnector":  # the node checker's pod, not SSH
+                    raise Unreachable(f"cannot read the host's root at {host.data.chroot_directory}: {said}",
+                                      "run the node checker as root with the capability SYS_CHROOT and the host's "
+                                      "root mounted there (the DaemonSet of 'gpunode render' does both)",
+                                      "unreachable", [f"chroot {host.data.chroot_directory}: {said}"]) from error
                 raise Unreachable(f"cannot reach {name}: {said}",
                                   "check that the host answers SSH as the inventory reaches it (user, key, port, "
                                   "ssh_config_file / ProxyJump); 'pyinfra INVENTORY exec -- true' shows the same",

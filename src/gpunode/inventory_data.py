@@ -129,6 +129,14 @@ KEYS: tuple[DataKey, ...] = (
     DataKey("plugin_namespace", str, "gpunode-system", "the namespace of the device plugin's objects",
             pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", hint="a Kubernetes namespace name (lower case, digits, '-')"),
     DataKey("plugin_mig_strategy", str, "none", "none, single, mixed", choices=MIG_STRATEGIES),
+    DataKey("checker_image", str, "", "the node checker's image (gpunode image build --node-checker): the deploy "
+            "runs it as a DaemonSet on the GPU nodes; '' : no node checker", pattern=r"\S+",
+            hint="an image reference like registry.example/gpunode-node-checker:0.1.0"),
+    DataKey("checker_interval", int, 60, "seconds between the node checker's checks (--in-cluster calls results "
+            "older than two intervals stale)", minimum=10),
+    DataKey("checker_api_server", str, "", "HOST:PORT of the API server as the GPU nodes reach it, where pods "
+            "cannot use the kubernetes Service (no kube-proxy): the checker then uses the node's network; '' : the "
+            "Service", pattern=r"[^\s:/]+:[0-9]+", hint="HOST:PORT, e.g. 10.0.0.10:6443"),
     DataKey("plugin_device_list_strategy", str, "envvar", "envvar, volume-mounts, cdi-annotations, cdi-cri",
             choices=LIST_STRATEGIES),
     DataKey("plugin_config", dict, None, "the plugin's own config file (NVIDIA's v1 format), carried in a ConfigMap"),

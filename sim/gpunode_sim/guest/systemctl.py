@@ -53,6 +53,14 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
         '            if os.path.isdir(path) and (os.access(path, os.W_OK) or p == "/run"):  # gpunode\n',
     ),
     (
+        "a unit's main process is looked up in the init's process table (/proc), as systemctl asks systemd, not in"
+        " the caller's PID namespace: a node agent's pod chrooted into the host asks 'is-active' too",
+        "    try:\n        os.kill(pid, 0)\n    except OSError as err:\n",
+        "    if os.path.isdir(\"/proc/1\"):  # gpunode: the node's procfs is the init's process table\n"
+        "        return os.path.isdir(\"/proc/%d\" % pid)\n"
+        "    try:\n        os.kill(pid, 0)\n    except OSError as err:\n",
+    ),
+    (
         "unit search misses are debug noise, not errors on every call",
         '                    logg.error("not found %s", filepath)\n',
         '                    logg.debug("not found %s", filepath)\n',

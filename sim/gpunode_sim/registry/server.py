@@ -41,6 +41,7 @@ HOST_INDEX = 252  # the block's .252 (nodes count up from .1 to at most .250, th
 PORT = 5000
 USER = "gpunode-nodes"  # the one registry user: pushes at 'sim up', pulls on the nodes
 REPOSITORY = "gpunode/device-plugin"
+CHECKER_REPOSITORY = "gpunode/node-checker"
 READY_TIMEOUT = 20.0
 Record = Callable[[str, int], None]
 

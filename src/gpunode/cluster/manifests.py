@@ -37,6 +37,9 @@ class ManifestSettings:
     nvidia_runtime_default: bool = BY_NAME["nvidia_runtime_default"].default
     templates_dir: str = BY_NAME["templates_dir"].default
     plugin_config: PluginConfig | None = None  # the plugin's own config file (time-slicing, renames), if any
+    checker_image: str = BY_NAME["checker_image"].default  # '' : no node checker DaemonSet
+    checker_interval: int = BY_NAME["checker_interval"].default
+    checker_api_server: str = BY_NAME["checker_api_server"].default
     pull_secret: str = ""  # the Secret the DaemonSet's pods pull the image with ('': none)
     pull_auth: str = field(default="", repr=False)  # .dockerconfigjson (base64) of the Secret the deploy writes
 
@@ -50,6 +53,9 @@ class ManifestSettings:
             device_list_strategy=read(data, "plugin_device_list_strategy"),
             nvidia_runtime_default=read(data, "nvidia_runtime_default"),
             templates_dir=read(data, "templates_dir"),
+            checker_image=read(data, "checker_image"),
+            checker_interval=read(data, "checker_interval"),
+            checker_api_server=read(data, "checker_api_server"),
         )
         settings = replace(settings, **pull_settings(data, settings.image))
         flags = {"mig_strategy": settings.mig_strategy, "device_list_strategy": settings.device_list_strategy}
@@ -99,6 +105,19 @@ def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> li
         dirs.append(str(own))
     dirs.append(str(templates))
     return dirs
+
+
+NODE_SETTINGS = "gpunode-node-settings"  # the node checker's settings: one NODE.yaml of inventory data per node
+
+
+def node_settings_document(namespace: str, per_node: dict[str, dict]) -> dict:
+    """The ConfigMap the node checker's pods mount: each node's inventory data (what its diagnosis expects)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": NODE_SETTINGS, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/name": "gpunode-node-checker",
+                                    "app.kubernetes.io/managed-by": "gpunode"}},
+            "data": {f"{node}.yaml": yaml.safe_dump(values, sort_keys=True)
+                     for node, values in sorted(per_node.items())}}
 
 
 PLUGIN_TEMPLATE = "device-plugin.yaml.j2"

@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import yaml
 
-from gpunode.cluster.manifests import PULL_SECRET, RUNTIME_CLASS
+from gpunode.cluster.manifests import CHECKER_TEMPLATE, PULL_SECRET, RUNTIME_CLASS, ManifestSettings
+from gpunode.cluster.manifests import documents as manifest_yaml
+from gpunode.cluster.manifests import render as render_template
 from gpunode.errors import GpunodeError
 
 NAME = "gpunode"
@@ -150,8 +152,15 @@ def documents(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tupl
     ] + migration
 
 
+def checker_documents(namespace: str) -> list[dict]:
+    """The node checker's rights and its own-node policy (``templates/node-checker.yaml.j2``)."""
+    return manifest_yaml(render_template(ManifestSettings(namespace=namespace), name=CHECKER_TEMPLATE))
+
+
 def render(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tuple[str, ...] = ()) -> str:
-    return yaml.safe_dump_all(documents(namespace, subject, migrate_from), sort_keys=False)
+    """gpunode's rights for ``subject``, then the node checker's for its ServiceAccount: what an admin applies."""
+    return yaml.safe_dump_all([*documents(namespace, subject, migrate_from), *checker_documents(namespace)],
+                              sort_keys=False)
 
 
 # the API server's words for an RBAC denial (k8s.io/apiserver's forbidden message)

@@ -27,6 +27,7 @@ import tempfile
 import tomllib
 import zipfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
@@ -55,6 +56,28 @@ NAME = "gpunode-device-plugin"
 Say = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """One of gpunode's images: the base layer, then one Python distribution and its dependencies from wheels."""
+
+    name: str  # the image's name (its tag is the distribution's version)
+    package: str  # the import package the wheel is built from
+    package_dir: str  # where the package lies in the source folder ('' for plugin/, 'src' for a gpunode checkout)
+    distribution: str  # the wheel file's name prefix
+    entrypoint: tuple[str, ...]
+    extra_files: tuple[str, ...] = ()  # files beside pyproject.toml its build reads (gpunode's readme)
+    suffixes: tuple[str, ...] = (".py", ".proto")  # the package's files that go into the wheel
+
+
+PLUGIN = Recipe(NAME, "gpunode_plugin", "", "gpunode_device_plugin", ENTRYPOINT)
+# The node checker: gpunode itself, judging its own node through chroot into the host's root mounted at /host.
+# Root (uid 0) for chroot(2) and for reading what only root reads (the CRI socket, a 0600 containerd config);
+# the DaemonSet drops every capability but SYS_CHROOT.
+CHECKER = Recipe("gpunode-node-checker", "gpunode", "src", "gpunode",
+                 ("/usr/bin/python3", "-m", "gpunode.cli", "node-check", "--root", "/host"), ("README.md",),
+                 (".py", ".j2", ".yml"))
+
+
 def _run(argv: Sequence[str], what: str, timeout: float = 1800) -> None:
     try:
         result = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
@@ -73,9 +96,9 @@ def plugin_version(source: Path) -> str:
     return source.name.split("-")[1]
 
 
-def image_name(version: str) -> str:
+def image_name(version: str, recipe: Recipe = PLUGIN) -> str:
     """The reference the DaemonSet names by default (``gpunode-device-plugin:VERSION``) as CRI spells it."""
-    return f"docker.io/library/{NAME}:{version}"
+    return f"docker.io/library/{recipe.name}:{version}"
 
 
 def base_digest() -> str:
@@ -129,44 +152,46 @@ def _pip(args: list[str], what: str) -> None:
                            "check that the package index is reachable and pip works in gpunode's environment")
 
 
-def source_files(source: Path) -> list[Path]:
-    """The plugin source folder's files that go into its wheel (no stale build/ or egg-info)."""
-    files = [source / "pyproject.toml"]
-    files += sorted(p for p in (source / "gpunode_plugin").rglob("*")
-                    if p.is_file() and p.suffix in (".py", ".proto") and "__pycache__" not in p.parts)
+def source_files(source: Path, recipe: Recipe = PLUGIN) -> list[Path]:
+    """The source folder's files that go into its wheel (no stale build/ or egg-info)."""
+    files = [source / "pyproject.toml", *(source / name for name in recipe.extra_files)]
+    files += sorted(p for p in (source / recipe.package_dir / recipe.package).rglob("*")
+                    if p.is_file() and p.suffix in recipe.suffixes and "__pycache__" not in p.parts)
     return files
 
 
-def plugin_wheel(source: Path, work: Path) -> Path:
-    """The plugin's wheel: ``source`` itself, or built from a source folder."""
+def plugin_wheel(source: Path, work: Path, recipe: Recipe = PLUGIN) -> Path:
+    """The distribution's wheel: ``source`` itself, or built from a source folder."""
     if source.is_file():
         if source.suffix != ".whl" or not zipfile.is_zipfile(source):
-            raise GpunodeError(f"{source} is not a wheel", "give the plugin's source folder (plugin/) or its .whl")
+            raise GpunodeError(f"{source} is not a wheel", f"give the source folder of {recipe.name} or its .whl")
         return source
-    if not (source / "pyproject.toml").is_file() or not (source / "gpunode_plugin").is_dir():
-        raise GpunodeError(f"{source} is not the device plugin's source (no pyproject.toml and gpunode_plugin/)",
-                           "give the plugin's source folder (plugin/ of a gpunode checkout) or its wheel")
-    copy = work / "plugin-source"
-    for path in source_files(source):
+    if not (source / "pyproject.toml").is_file() or not (source / recipe.package_dir / recipe.package).is_dir():
+        where = "/".join(part for part in (recipe.package_dir, recipe.package) if part)
+        raise GpunodeError(f"{source} is not the source of {recipe.name} (no pyproject.toml and {where}/)",
+                           "give the source folder (plugin/ of a gpunode checkout for the device plugin, the "
+                           "checkout itself for the node checker) or its wheel")
+    copy = work / "source"
+    for path in source_files(source, recipe):
         target = copy / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
     wheels = work / "wheels"
-    _pip(["wheel", "--no-deps", "--quiet", "-w", str(wheels), str(copy)], "building the plugin's wheel")
-    return next(wheels.glob("gpunode_device_plugin-*.whl"))
+    _pip(["wheel", "--no-deps", "--quiet", "-w", str(wheels), str(copy)], f"building the wheel of {recipe.name}")
+    return next(wheels.glob(f"{recipe.distribution}-*.whl"))
 
 
-def plugin_layer(source: Path, work: Path, requirements: Sequence[str] = (), constraints: Sequence[str] = ()) \
-        -> bytes:
-    """The plugin and its dependencies under SITE_PACKAGES, byte-compiled, as a layer."""
-    wheel = plugin_wheel(source, work)
+def plugin_layer(source: Path, work: Path, requirements: Sequence[str] = (), constraints: Sequence[str] = (),
+                 recipe: Recipe = PLUGIN) -> bytes:
+    """The distribution and its dependencies under SITE_PACKAGES, byte-compiled, as a layer."""
+    wheel = plugin_wheel(source, work, recipe)
     root = work / "layer"
     site = root / SITE_PACKAGES.lstrip("/")
     pinned = work / "constraints.txt"
     pinned.write_text("".join(f"{pin}\n" for pin in constraints))
     _pip(["install", "--quiet", "--no-compile", "--only-binary=:all:", *WHEEL_PLATFORM, "--target", str(site),
           "--constraint", str(pinned), str(wheel), *requirements],
-         "installing the plugin and its dependencies for the image")
+         f"installing {recipe.name} and its dependencies for the image")
     # console scripts carry this machine's interpreter path, direct_url.json this machine's folders: neither is
     # the image's
     shutil.rmtree(site / "bin", ignore_errors=True)
@@ -182,28 +207,28 @@ def plugin_layer(source: Path, work: Path, requirements: Sequence[str] = (), con
     return layer_tar(root)
 
 
-def image_config(version: str) -> dict:
+def image_config(version: str, recipe: Recipe = PLUGIN) -> dict:
     return {"architecture": "amd64", "os": "linux",
-            "config": {"Entrypoint": list(ENTRYPOINT), "Env": list(ENV), "User": USER,
-                       "Labels": {"org.opencontainers.image.title": NAME,
+            "config": {"Entrypoint": list(recipe.entrypoint), "Env": list(ENV), "User": USER,
+                       "Labels": {"org.opencontainers.image.title": recipe.name,
                                   "org.opencontainers.image.version": version}},
             "history": [{"created_by": f"debootstrap --variant=minbase {SUITE} + {' '.join(PYTHON_PACKAGES)}, slim"},
-                        {"created_by": f"pip install --target {SITE_PACKAGES} {NAME} {version}"}]}
+                        {"created_by": f"pip install --target {SITE_PACKAGES} {recipe.name} {version}"}]}
 
 
 def build(source: Path, out: Path, cache: Path, say: Say, requirements: Sequence[str] = (),
-          constraints: Sequence[str] = ()) -> dict:
-    """Build the image of the plugin at ``source`` (source folder or wheel) into ``out`` (``image.tar`` and
-    ``image.json``: name, digest, sizes); return what ``image.json`` says."""
+          constraints: Sequence[str] = (), recipe: Recipe = PLUGIN) -> dict:
+    """Build the image of the distribution at ``source`` (source folder or wheel) into ``out`` (``image.tar``
+    and ``image.json``: name, digest, sizes); return what ``image.json`` says."""
     version = plugin_version(source)
     base = base_layer(cache, say).read_bytes()
-    say(f"building the device plugin image {version} (the plugin's wheel and its dependencies)")
+    say(f"building the image {recipe.name} {version} (the wheel and its dependencies)")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}-build-") as work:
-        layer = plugin_layer(source, Path(work), requirements, constraints)
+        layer = plugin_layer(source, Path(work), requirements, constraints, recipe)
         staging = Path(work) / "out"
-        name = image_name(version)
-        digest = write_archive(staging / ARCHIVE, [base, layer], image_config(version), [name])
+        name = image_name(version, recipe)
+        digest = write_archive(staging / ARCHIVE, [base, layer], image_config(version, recipe), [name])
         described = {"name": name, "digest": digest, "archive_bytes": (staging / ARCHIVE).stat().st_size,
                      "layers_bytes": [len(base), len(layer)]}
         (staging / "image.json").write_text(json.dumps(described, indent=2) + "\n")

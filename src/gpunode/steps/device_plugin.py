@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
 
-from gpunode.cluster.manifests import manifest_documents
+from gpunode.cluster.manifests import manifest_documents, node_settings_document
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import settings_of
 from gpunode.operations import device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.operations.labels import nvidia_serves
+from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
+
+
+def checker_settings(hosts: Any) -> dict[str, dict]:
+    """Each inventory host's node settings that differ from the defaults, by its Node name (k8s_node_name, else
+    the host's name): what the node checker on that node expects. A host with bad data is left out (its own
+    steps fail it with why)."""
+    defaults = NodeSettings()
+    per_node = {}
+    for each in hosts:
+        try:
+            parsed = settings_of(each)
+        except GpunodeError:
+            continue
+        per_node[parsed.cluster.k8s_node_name or each.name] = {
+            f.name: getattr(parsed.node, f.name) for f in fields(NodeSettings)
+            if getattr(parsed.node, f.name) != getattr(defaults, f.name)}
+    return per_node
 
 
 @deploy("Device plugin")
@@ -23,7 +44,10 @@ def device_plugin_rollout() -> None:
         return
     manifests = device_plugin.pinned_manifests(parsed.manifests, parsed.registry,
                                                lambda line: logger.info(f"--> {line}"))
-    device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=manifest_documents(manifests),
+    documents = manifest_documents(manifests)
+    if manifests.checker_image:  # the node checker's DaemonSet is in them: each node's settings beside it
+        documents.append(node_settings_document(manifests.namespace, checker_settings(host.state.inventory)))
+    device_plugin.manifests_applied(name="Apply the device plugin's objects", documents=documents,
                                     settings=settings, _run_once=True)
     device_plugin.rolled_out(name="Wait for the device-plugin rollout", namespace=manifests.namespace,
                              settings=settings, _run_once=True)

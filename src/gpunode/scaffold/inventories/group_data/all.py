@@ -34,6 +34,12 @@ plugin_registry_cert_dir = ""                  # here: the registry's CA (ca.crt
 plugin_namespace = "gpunode-system"
 plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
+checker_image = ""                             # the node checker (gpunode image build --node-checker): conditions
+checker_interval = 60                          # on every GPU node's Node, read by verify/doctor --in-cluster
+checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service
+checker_image = ""                             # the node checker (gpunode image build --node-checker): conditions
+checker_interval = 60                          # on every GPU node's Node, read by verify/doctor --in-cluster
+checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service
 label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
 label_model_prefix = "nvidia-"
 # plugin_config = {                            # the plugin's own config file (NVIDIA's v1 format), carried by
