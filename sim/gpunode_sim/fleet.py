@@ -281,10 +281,10 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
     if any(real_kubelet(s.runtime) or s.runtime == "docker" for s in specs):
         plugin_image.ensure_built(paths.cache, say)
         nvml_build.ensure_built(paths.cache, say)  # the plugin's image runs its NVML backend over it
-    # the node checker runs as a pod: where every GPU node has the real kubelet (the node agent of docker nodes
-    # and of the light mode runs the device plugin's pod only)
+    # the node checker runs as a pod from its image: where every GPU node has the real kubelet or docker (the node
+    # agent of the light mode runs the device plugin's code, not images)
     checker = os.environ.get("GPUNODE_SIM_CHECKER", "on") != "off" and all(
-        real_kubelet(s.runtime) for s in specs if int(s.profile["gpu"].get("count", 0)) > 0)
+        real_kubelet(s.runtime) or s.runtime == "docker" for s in specs if int(s.profile["gpu"].get("count", 0)) > 0)
     if checker:
         checker_image.ensure_built(paths.cache, say)
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))

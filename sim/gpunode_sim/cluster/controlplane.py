@@ -283,8 +283,9 @@ def admin_client(kubeconfig: Path, field_manager: str | None = None) -> Client:
 
 
 def _bootstrap_objects(kubeconfig: Path) -> None:
-    """What a cluster admin would add: gpunode's least-privilege rules for the operator's user (``gpunode render
-    --rbac``, for the default plugin namespace) and the viewer user's binding to the built-in ``view`` ClusterRole.
+    """What a cluster admin would add: gpunode's least-privilege rules for the operator's user and the node
+    checker's rights and own-node policy (``gpunode render --rbac``, for the default plugin namespace) and the
+    viewer user's binding to the built-in ``view`` ClusterRole.
 
     Returns once the controller manager has aggregated ``view``'s rules (until then it grants nothing).
     """
@@ -292,7 +293,8 @@ def _bootstrap_objects(kubeconfig: Path) -> None:
     from lightkube.resources.rbac_authorization_v1 import ClusterRole
 
     client = admin_client(kubeconfig, field_manager="gpunode-sim")
-    for document in rbac.documents(ManifestSettings.namespace, f"User:{OPERATOR_USER}"):
+    for document in [*rbac.documents(ManifestSettings.namespace, f"User:{OPERATOR_USER}"),
+                     *rbac.checker_documents(ManifestSettings.namespace)]:  # all that 'gpunode render --rbac' prints
         client.apply(from_dict(document), force=True)
     binding = from_dict({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -44,8 +44,10 @@ from urllib.parse import parse_qs, urlsplit
 
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.codecs import from_dict
+from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret
+from lightkube.resources.core_v1 import ConfigMap, Node, Pod, Secret, ServiceAccount
 from lightkube.resources.node_v1 import RuntimeClass
 from lightkube.types import PatchType
 
@@ -120,16 +122,24 @@ class Container:
         security = self.spec.get("securityContext") or {}
         if security.get("readOnlyRootFilesystem"):
             argv.append("--read-only")
+        if security.get("runAsUser") is not None:
+            argv += ["--user", str(security["runAsUser"])]
         for capability in (security.get("capabilities") or {}).get("drop") or []:
             argv += ["--cap-drop", capability]
+        for capability in (security.get("capabilities") or {}).get("add") or []:
+            argv += ["--cap-add", capability]
         if self.runtime:
             argv += ["--runtime", self.runtime]
         host_paths = {v["name"]: v["hostPath"]["path"] for v in self.volumes if v.get("hostPath")}
+        empty = {v["name"] for v in self.volumes if "emptyDir" in v}
         for mount in self.spec.get("volumeMounts") or []:
-            if mount.get("name") in host_paths:
-                argv += ["-v", f"{host_paths[mount['name']]}:{mount['mountPath']}"]
+            if mount.get("name") in host_paths:  # recursive binds; docker refuses rprivate for one holding its root
+                argv += ["--mount", f"type=bind,source={host_paths[mount['name']]},target={mount['mountPath']}"
+                         + (",readonly" if mount.get("readOnly") else "") + ",bind-propagation=rslave"]
             elif mount.get("name") in self.written:
                 argv += ["-v", f"{self.written[mount['name']]}:{mount['mountPath']}:ro"]
+            elif mount.get("name") in empty:
+                argv += ["--tmpfs", mount["mountPath"]]
         for key, value in sorted(env.items()):
             argv += ["-e", f"{key}={value}"]
         return [*argv, self.image, *self.spec.get("args", [])]
@@ -463,6 +473,13 @@ class Api:
                 auths.update(json.loads(base64.b64decode(encoded)).get("auths") or {})
         return auths
 
+    def pod_token(self, namespace: str, account: str, pod: str, uid: str, seconds: int, audiences: list[str]) -> str:
+        """A ServiceAccount token bound to the pod, as the kubelet requests one with the node's identity."""
+        spec = TokenRequestSpec(audiences=audiences, expirationSeconds=seconds,
+                                boundObjectRef=BoundObjectReference(apiVersion="v1", kind="Pod", name=pod, uid=uid))
+        return self.client.create(ServiceAccount.Token(metadata=ObjectMeta(), spec=spec), account,
+                                  namespace=namespace).status.token
+
     def runtime_handler(self, runtime_class: str) -> str | None:
         try:
             return self.client.get(RuntimeClass, runtime_class).handler
@@ -659,21 +676,49 @@ class Agent:
                        once=False)
 
     def write_config_maps(self, key: str, pod: dict, volumes: list) -> dict[str, str]:
-        """Each configMap volume's keys as files in a folder of the pod's, as the kubelet projects them."""
+        """Each configMap volume's keys as files in a folder of the pod's, as the kubelet projects them; and each
+        projected volume (the ServiceAccount admission's kube-api-access: a token bound to this pod, the cluster's
+        CA, the namespace), as the kubelet writes it."""
         written = {}
+        namespace = pod["metadata"]["namespace"]
         for volume in volumes:
-            source = volume.get("configMap")
-            if not source:
+            if volume.get("configMap"):
+                data = self.api.config_map_data(namespace, volume["configMap"]["name"]) or {}
+            elif volume.get("projected"):
+                data = self.projected(pod, volume["projected"])
+            else:
                 continue
-            data = self.api.config_map_data(pod["metadata"]["namespace"], source["name"]) or {}
             folder = os.path.join(VOLUME_DIR, key.replace("/", "_"), volume["name"])
             shutil.rmtree(folder, ignore_errors=True)
             os.makedirs(folder)
             for name, text in data.items():
+                os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
                 with open(os.path.join(folder, name), "w") as handle:
                     handle.write(text)
             written[volume["name"]] = folder
         return written
+
+    def projected(self, pod: dict, projected: dict) -> dict[str, str]:
+        """A projected volume's files: ServiceAccount token (TokenRequest bound to the pod, with the kubelet's
+        3607 s, which the API server extends), configMap items, the pod's namespace."""
+        files: dict[str, str] = {}
+        meta = pod["metadata"]
+        for source in projected.get("sources") or []:
+            if "serviceAccountToken" in source:
+                wanted = source["serviceAccountToken"]
+                files[wanted.get("path", "token")] = self.api.pod_token(
+                    meta["namespace"], pod["spec"].get("serviceAccountName") or "default", meta["name"], meta["uid"],
+                    wanted.get("expirationSeconds") or 3607, [wanted["audience"]] if wanted.get("audience") else [])
+            elif "configMap" in source:
+                data = self.api.config_map_data(meta["namespace"], source["configMap"]["name"]) or {}
+                for item in source["configMap"].get("items") or [{"key": k, "path": k} for k in data]:
+                    if item["key"] in data:
+                        files[item["path"]] = data[item["key"]]
+            elif "downwardAPI" in source:
+                for item in source["downwardAPI"].get("items") or []:
+                    if (item.get("fieldRef") or {}).get("fieldPath") == "metadata.namespace":
+                        files[item["path"]] = meta["namespace"]
+        return files
 
     def pull(self, key: str, pod: dict) -> str | None:
         """The daemon pod's image, pulled with its image pull Secrets unless docker holds it; None while it cannot

@@ -61,6 +61,15 @@ PATCHES: tuple[tuple[str, str, str], ...] = (
         "    try:\n        os.kill(pid, 0)\n    except OSError as err:\n",
     ),
     (
+        "a read-only root (a node agent's pod reading the host through chroot) is read, not written: an existing"
+        " runtime folder is used as it is",
+        '            if os.path.isdir(path) and os.access(path, os.W_OK):\n                return path\n'
+        '        os.makedirs(path, 0o700) # "/tmp/run/user/{uid}"\n',
+        '            if os.path.isdir(path) and os.access(path, os.W_OK):\n                return path\n'
+        '        if os.path.isdir(path):  # gpunode: read-only, as the host seen from a pod\n            return path\n'
+        '        os.makedirs(path, 0o700) # "/tmp/run/user/{uid}"\n',
+    ),
+    (
         "unit search misses are debug noise, not errors on every call",
         '                    logg.error("not found %s", filepath)\n',
         '                    logg.debug("not found %s", filepath)\n',

@@ -80,7 +80,8 @@ unit_state() {
     0) state=inactive ;;
     0*) return 1 ;;
     *)
-      if kill -0 "$pid" 2>/dev/null && ! zombie "$pid"; then state=active; else state=failed; fi ;;
+      # the node's /proc is the init's process table (a pod chrooted into the host shares no PID namespace)
+      if [ -d "/proc/$pid" ] && ! zombie "$pid"; then state=active; else state=failed; fi ;;
   esac
 }
 

@@ -174,6 +174,9 @@ def missing_rule(message: str) -> str | None:
     match = DENIED.search(message)
     if not match:
         return None
+    if match["user"].endswith(":gpunode-node-checker"):  # the node checker's own ServiceAccount
+        return ("apply the node checker's rights (ClusterRole gpunode-node-checker and its bindings: "
+                "gpunode render INVENTORY --rbac prints them)")
     where = f"the Role {NAME} in namespace {match['namespace']}" if match["namespace"] else f"the ClusterRole {NAME}"
     group = match["group"] or ""
     return (f"add to {where}: {{apiGroups: [\"{group}\"], resources: [\"{match['resource']}\"], "

@@ -49,8 +49,7 @@ SLIM_REMOVE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/lo
                "var/log", "var/lib/dpkg/info/*.md5sums", "etc/machine-id", "etc/hostname", "etc/resolv.conf",
                "etc/hosts")
 SLIM_KEEP = ("usr/share/doc/*/copyright",)
-WHEEL_PLATFORM = ("--platform", "manylinux2014_x86_64", "--python-version", "3.11", "--implementation", "cp",
-                  "--abi", "cp311")
+WHEEL_PLATFORM = ("--python-version", "3.11", "--implementation", "cp", "--abi", "cp311")
 ARCHIVE = "image.tar"
 NAME = "gpunode-device-plugin"
 Say = Callable[[str], None]
@@ -67,6 +66,8 @@ class Recipe:
     entrypoint: tuple[str, ...]
     extra_files: tuple[str, ...] = ()  # files beside pyproject.toml its build reads (gpunode's readme)
     suffixes: tuple[str, ...] = (".py", ".proto")  # the package's files that go into the wheel
+    # wheel platforms pip may take (Debian 12's glibc 2.36 runs manylinux_2_28 and older)
+    platforms: tuple[str, ...] = ("manylinux2014_x86_64",)
 
 
 PLUGIN = Recipe(NAME, "gpunode_plugin", "", "gpunode_device_plugin", ENTRYPOINT)
@@ -75,7 +76,7 @@ PLUGIN = Recipe(NAME, "gpunode_plugin", "", "gpunode_device_plugin", ENTRYPOINT)
 # the DaemonSet drops every capability but SYS_CHROOT.
 CHECKER = Recipe("gpunode-node-checker", "gpunode", "src", "gpunode",
                  ("/usr/bin/python3", "-m", "gpunode.cli", "node-check", "--root", "/host"), ("README.md",),
-                 (".py", ".j2", ".yml"))
+                 (".py", ".j2", ".yml"), ("manylinux_2_28_x86_64", "manylinux2014_x86_64"))  # gevent: 2_28 only
 
 
 def _run(argv: Sequence[str], what: str, timeout: float = 1800) -> None:
@@ -189,8 +190,9 @@ def plugin_layer(source: Path, work: Path, requirements: Sequence[str] = (), con
     site = root / SITE_PACKAGES.lstrip("/")
     pinned = work / "constraints.txt"
     pinned.write_text("".join(f"{pin}\n" for pin in constraints))
-    _pip(["install", "--quiet", "--no-compile", "--only-binary=:all:", *WHEEL_PLATFORM, "--target", str(site),
-          "--constraint", str(pinned), str(wheel), *requirements],
+    platforms = [flag for platform in recipe.platforms for flag in ("--platform", platform)]
+    _pip(["install", "--quiet", "--no-compile", "--only-binary=:all:", *platforms, *WHEEL_PLATFORM,
+          "--target", str(site), "--constraint", str(pinned), str(wheel), *requirements],
          f"installing {recipe.name} and its dependencies for the image")
     # console scripts carry this machine's interpreter path, direct_url.json this machine's folders: neither is
     # the image's
