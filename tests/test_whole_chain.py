@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -638,16 +639,35 @@ def test_the_node_checker_publishes_each_link_as_a_node_condition_and_verify_in_
     assert container.securityContext.capabilities.drop == ["ALL"] and not container.securityContext.privileged
     assert all(m.readOnly for m in container.volumeMounts if m.mountPath == "/host")
 
-    ssh_result, ssh_results = verify(fleet, tmp_path, "--limit", "gpu_nodes")
+    ssh_result, ssh_results = verify(fleet, tmp_path)
     out = tmp_path / "in-cluster.json"
-    in_cluster = gpunode("verify", INVENTORY, "--in-cluster", "--limit", "gpu_nodes", "--json", str(out),
-                         env=fleet["env"], check=False)
+    in_cluster = gpunode("verify", INVENTORY, "--in-cluster", "--json", str(out), env=fleet["env"], check=False)
     assert in_cluster.returncode == ssh_result.returncode == 0, in_cluster.stdout + in_cluster.stderr
     results = json.loads(out.read_text())
-    for host in ("node01", "node02"):
-        assert {s: r["state"] for s, r in results["hosts"][host].items()} == \
-            {s: r["state"] for s, r in ssh_results["hosts"][host].items()} == dict.fromkeys(results["steps"], "ok")
+    states = {host: {s: r["state"] for s, r in steps.items()} for host, steps in results["hosts"].items()}
+    assert states == {host: {s: r["state"] for s, r in steps.items()} for host, steps in ssh_results["hosts"].items()}
+    assert states["node01"] == states["node02"] == dict.fromkeys(results["steps"], "ok")
+    assert states["node03"]["labels"] == "ok" and states["node03"]["driver"] == "not checked"  # a CPU node
     assert results["hosts"]["node01"]["runtime"]["proof"] == ssh_results["hosts"]["node01"]["runtime"]["proof"]
+
+    # its API cost, from the API server's audit log: a status patch per node and interval, the record and Events
+    # only when the verdict changed, a read of its Node and record when it starts
+    audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
+    entries = [e for e in map(json.loads, audit.read_text().splitlines()) if e["stage"] == "ResponseComplete"
+               and e["user"]["username"] == f"system:serviceaccount:{NAMESPACE}:{CHECKER}"]
+    for node in ("node01", "node02"):
+        mine = [e for e in entries if e["user"].get("extra", {}).get("authentication.kubernetes.io/node-name")
+                == [node]]
+        kinds = Counter(f"{e['verb']} {e['objectRef']['resource']}{'/' + e['objectRef'].get('subresource', '')}"
+                        for e in mine)
+        patches = kinds["patch nodes/status"]
+        absent = ("get", "configmaps", 404)  # its record, before its first write
+        refused = [e for e in mine if e["responseStatus"]["code"] >= 300
+                   and (e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"]) != absent]
+        assert patches >= 1 and refused == [], (kinds, refused)
+        print(f"checker API requests on {node}: {dict(kinds)}")
+        assert kinds["patch configmaps/"] + kinds["create configmaps/"] <= 3, kinds  # not one per interval
+        assert sum(kinds.values()) - patches <= 12, kinds
 
     # its own node only: with the token of node01's checker pod, the policy refuses node02's status
     kubeconfig = kubeconfig_of(fleet, tmp_path, pod)

@@ -57,6 +57,8 @@ READY_TIMEOUT = 120.0
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
     "rules": [
+        # the node checker's every request (the tests count its API cost per node and interval)
+        {"level": "Metadata", "users": ["system:serviceaccount:gpunode-system:gpunode-node-checker"]},
         {"level": "None", "userGroups": ["system:nodes", "system:serviceaccounts"]},
         {"level": "None", "users": ["system:kube-scheduler", "system:kube-controller-manager", "system:apiserver"]},
         {"level": "None", "verbs": ["get", "list", "watch"]},

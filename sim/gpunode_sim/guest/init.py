@@ -118,7 +118,10 @@ def boot(plan: dict) -> None:
     (merged / OLD_ROOT).mkdir(exist_ok=True)
     sh("pivot_root", ".", OLD_ROOT)
     os.chdir("/")
-    boot_script = f"umount -l /{OLD_ROOT} && rmdir /{OLD_ROOT}; exec /usr/local/sbin/sim-init"
+    # the node's root is a shared mount, as systemd makes it at boot (inside the node's own mount namespace: no
+    # peer outside it): runtimes may then bind it into a container as a slave (docker refuses a private one)
+    boot_script = (f"umount -l /{OLD_ROOT} && rmdir /{OLD_ROOT}; mount --make-rshared /; "
+                   "exec /usr/local/sbin/sim-init")
     os.execve("/bin/sh", ["/bin/sh", "-c", boot_script], INIT_ENVIRONMENT)
 
 

@@ -107,6 +107,7 @@ def template_dirs(settings: ManifestSettings, templates: Path = TEMPLATES) -> li
     return dirs
 
 
+CHECKER = "gpunode-node-checker"  # the node checker's DaemonSet, ServiceAccount, field manager and Events' source
 NODE_SETTINGS = "gpunode-node-settings"  # the node checker's settings: one NODE.yaml of inventory data per node
 
 
@@ -114,7 +115,7 @@ def node_settings_document(namespace: str, per_node: dict[str, dict]) -> dict:
     """The ConfigMap the node checker's pods mount: each node's inventory data (what its diagnosis expects)."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": NODE_SETTINGS, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/name": "gpunode-node-checker",
+                         "labels": {"app.kubernetes.io/name": CHECKER,
                                     "app.kubernetes.io/managed-by": "gpunode"}},
             "data": {f"{node}.yaml": yaml.safe_dump(values, sort_keys=True)
                      for node, values in sorted(per_node.items())}}

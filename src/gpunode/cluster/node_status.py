@@ -15,8 +15,9 @@ from lightkube.resources.core_v1 import ConfigMap, Event, Node
 from lightkube.types import PatchType
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
+from gpunode.cluster.manifests import CHECKER
 
-MANAGER = "gpunode-node-checker"
+MANAGER = CHECKER
 RECORD_KEY = "results.json"  # the record's key in its ConfigMap
 
 

@@ -17,7 +17,7 @@ from pyinfra import host
 from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
-from gpunode.cluster.manifests import PULL_SECRET, RUNTIME_CLASS
+from gpunode.cluster.manifests import CHECKER, NODE_SETTINGS, PULL_SECRET, RUNTIME_CLASS
 from gpunode.cluster.plugin_config import CONFIG_MAP
 from gpunode.facts.backups import Backups
 from gpunode.facts.device_plugin import DAEMONSET
@@ -66,8 +66,9 @@ def owned_by_gpunode(item: object) -> bool:
 
 def cluster_objects(settings: ClusterSettings, namespace: str) -> list[tuple[type, str, str | None]]:
     """gpunode's objects that exist: (kind, name, namespace), the DaemonSet first (its pods leave with it)."""
-    wanted = [(DaemonSet, DAEMONSET, namespace), (ConfigMap, CONFIG_MAP, namespace),
-              (ServiceAccount, DAEMONSET, namespace), (Secret, PULL_SECRET, namespace),
+    wanted = [(DaemonSet, DAEMONSET, namespace), (DaemonSet, CHECKER, namespace), (ConfigMap, CONFIG_MAP, namespace),
+              (ConfigMap, NODE_SETTINGS, namespace), (ServiceAccount, DAEMONSET, namespace),
+              (ServiceAccount, CHECKER, namespace), (Secret, PULL_SECRET, namespace),
               (RuntimeClass, RUNTIME_CLASS, None)]
 
     def read(client: object) -> list[tuple[type, str, str | None]]:
@@ -88,9 +89,10 @@ def delete_objects(target: Host, settings: ClusterSettings, objects: list[tuple[
 @operation()
 def cluster_objects_deleted(namespace: str, settings: ClusterSettings):
     """
-    Delete the device plugin's DaemonSet, ConfigMap, ServiceAccount and pull Secret and the ``nvidia``
-    RuntimeClass, where gpunode's field manager applied them. The namespace stays (an admin created it with
-    gpunode's RBAC).
+    Delete the device plugin's DaemonSet, ConfigMap, ServiceAccount and pull Secret, the node checker's
+    DaemonSet, settings and ServiceAccount, and the ``nvidia`` RuntimeClass, where gpunode's field manager applied
+    them (the checker's own records and Node conditions stay: they are its, and go stale). The namespace stays (an
+    admin created it with gpunode's RBAC).
 
     + namespace: the plugin's namespace
     + settings: which cluster

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from gpunode.cluster.labels import GFD
 from gpunode.diagnosis import Finding, Verdict
 from gpunode.errors import GpunodeError
 from gpunode.facts.labels import NodeLabelsState
@@ -21,6 +22,7 @@ from gpunode.verify.engine import Verification
 from gpunode.verify.node_conditions import CHECKER, CONDITIONS, RECORD_PREFIX, STALE_AFTER, heartbeat, results_of
 
 CHECKER_LINK = "node checker"
+GPU_PRESENT = f"{GFD}gpu.present"  # the node checker's DaemonSet selects the nodes with it
 
 
 def pods_command(namespace: str, node: str) -> str:
@@ -99,6 +101,13 @@ class InClusterVerification(Verification):
             return Finding("api", Verdict.FINDING, error.problem, [f"while reading node {node}"], error.fix or "",
                            CLUSTER_UNREADABLE)
         record = records[key].get(node)
+        if record is None and state.exists and state.labels.get(GPU_PRESENT) != "true":
+            # the checker runs where the labels step found a working GPU: elsewhere, the node links are unread
+            why = (f"no node checker on {node}: its Node has no {GPU_PRESENT}=true (a CPU-only node, or one whose "
+                   "GPU labels are missing: verify it over SSH)")
+            results = {step: StepResult(name, step, Verdict.NOT_CHECKED, why) for step in CONDITIONS}
+            self.facts[name] = {"hostname": node}
+            return {**results, **judge_cluster(name, results["driver"], self.facts[name], parsed, self.cluster)}
         problem = record_problem(name, node, namespace, record, state, now)
         if problem is not None:
             return problem

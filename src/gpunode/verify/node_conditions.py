@@ -21,11 +21,11 @@ import re
 from datetime import UTC, datetime
 
 from gpunode import chain
+from gpunode.cluster.manifests import CHECKER  # noqa: F401 - the checker's name, read with its records
 from gpunode.diagnosis import Verdict
 from gpunode.facts.node_records import RECORD_KEY, RECORD_LABEL  # noqa: F401 - the checker writes them
 from gpunode.verify.checks import StepResult
 
-CHECKER = "gpunode-node-checker"  # the DaemonSet, its ServiceAccount and the Events' source component
 RECORD_PREFIX = "gpunode-node-"  # the ConfigMap of node X is gpunode-node-X in the plugin's namespace
 STALE_AFTER = 2  # results older than this many intervals are stale: the checker is not running there
 STATUS = {Verdict.OK: "True", Verdict.FINDING: "False", Verdict.NOT_CHECKED: "Unknown"}
