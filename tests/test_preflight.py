@@ -148,6 +148,18 @@ def test_the_plugin_image_is_checked_in_its_registry(monkeypatch: pytest.MonkeyP
     assert line.fix or state != FINDING
 
 
+def test_the_node_checker_image_is_checked_as_the_plugins_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gpunode.image.push.resolve", lambda reference, registry: "sha256:" + "c" * 64)
+    report = Preflight()
+    check_plugin_image(report, "gpunode-node-checker:0.1.0", {}, "checker_image")
+    check_plugin_image(report, "registry.internal/gpu/checker:0.1.0", {}, "checker_image")
+    unnamed, there = report.checks
+    assert (unnamed.subject, unnamed.state) == ("node checker image", FINDING)
+    assert unnamed.detail.startswith("checker_image gpunode-node-checker:0.1.0 names no registry")
+    assert "gpunode image build --node-checker" in unnamed.fix
+    assert (there.state, there.detail) == (OK, "the registry has it: sha256:" + "c" * 64)
+
+
 def test_a_link_not_checked_is_said_and_does_not_stop_a_deploy_by_itself() -> None:
     report = Preflight()
     report.add("node01", "ssh", OK, "answered")

@@ -217,19 +217,24 @@ def check_cluster(report: Preflight, settings: ClusterSettings, namespace: str,
                    "(SelfSubjectAccessReview)")
 
 
-def check_plugin_image(report: Preflight, image: str, registry: Registry) -> None:
-    """The plugin image as its registry has it: a tag or digest that is there, read with the inventory's registry
-    user; a registry this machine cannot read is not checked (the nodes may reach it where this machine cannot)."""
+IMAGE_KEYS = {"plugin_image": ("plugin image", "gpunode image build"),
+              "checker_image": ("node checker image", "gpunode image build --node-checker .")}
+
+
+def check_plugin_image(report: Preflight, image: str, registry: Registry, key: str = "plugin_image") -> None:
+    """An image the nodes pull (the plugin's, the node checker's) as its registry has it: a tag or digest that is
+    there, read with the inventory's registry user; a registry this machine cannot read is not checked (the nodes
+    may reach it where this machine cannot)."""
     from gpunode.image.push import refusal, resolve, split_reference
 
-    subject = "plugin image"
+    subject, build = IMAGE_KEYS[key]
     try:
         split_reference(image)
     except GpunodeError:
-        report.add(subject, image, FINDING, f"plugin_image {image} names no registry: the nodes would pull it from "
+        report.add(subject, image, FINDING, f"{key} {image} names no registry: the nodes would pull it from "
                    "Docker Hub, where gpunode's image is not published",
-                   "build and push it to your registry (gpunode image build; gpunode image push REGISTRY/REPO:TAG) "
-                   "and set plugin_image to the reference the push prints")
+                   f"build and push it to your registry ({build}; gpunode image push REGISTRY/REPO:TAG) "
+                   f"and set {key} to the reference the push prints")
         return
     try:
         digest = resolve(image, registry)
@@ -277,17 +282,19 @@ def preflight(inventory: str, limit: list[str] | None = None, data: dict[str, st
     report.add("inventory", "data", OK, "every key gpunode reads has a valid value; no key looks like a typo")
     check_hosts(report, targets)
     clusters: dict[tuple[str, str], tuple[ClusterSettings, str]] = {}
-    images: dict[str, Registry] = {}
+    images: dict[tuple[str, str], Registry] = {}
     for target in targets:
         parsed = settings_of(target)
         if parsed.cluster.cluster_steps:
             clusters.setdefault((str(parsed.cluster.kubeconfig_path), parsed.cluster.kube_context),
                                 (parsed.cluster, parsed.manifests.namespace))
-            images.setdefault(parsed.manifests.image, parsed.registry)
+            images.setdefault(("plugin_image", parsed.manifests.image), parsed.registry)
+            if parsed.manifests.checker_image:
+                images.setdefault(("checker_image", parsed.manifests.checker_image), parsed.registry)
     for settings, namespace in clusters.values():
         check_cluster(report, settings, namespace)
-    for image, registry in images.items():
-        check_plugin_image(report, image, registry)
+    for (key, image), registry in images.items():
+        check_plugin_image(report, image, registry, key)
     return report
 
 
