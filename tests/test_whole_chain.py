@@ -666,8 +666,10 @@ def test_the_node_checker_publishes_each_link_as_a_node_condition_and_verify_in_
                    and (e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"]) != absent]
         assert patches >= 1 and refused == [], (kinds, refused)
         print(f"checker API requests on {node}: {dict(kinds)}")
+        writes = sum(count for kind, count in kinds.items() if not kind.startswith(("get ", "list ")))
         assert kinds["patch configmaps/"] + kinds["create configmaps/"] <= 3, kinds  # not one per interval
-        assert sum(kinds.values()) - patches <= 12, kinds
+        assert writes - patches <= 12, kinds  # its record and an Event per condition, when they change
+        assert kinds["get nodes/"] <= patches + 2, kinds  # its reads: once per check, not per node of the fleet
 
     # its own node only: with the token of node01's checker pod, the policy refuses node02's status
     kubeconfig = kubeconfig_of(fleet, tmp_path, pod)

@@ -116,8 +116,9 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
                data: tuple[str, ...], inventory: str | None) -> None:
     """Judge this node's links and publish them as Node conditions (the node checker's DaemonSet runs it).
 
-    One condition per node link (GPUDriverReady, NvidiaToolkitRepositoryReady, NvidiaContainerToolkitReady,
-    NvidiaRuntimeReady), an Event when one changes, the whole verdict in ConfigMap gpunode-node-NODE;
+    One condition per link (GPUDriverReady, NvidiaToolkitRepositoryReady, NvidiaContainerToolkitReady,
+    NvidiaRuntimeReady, GPUNodeLabelsReady, GPUDevicePluginReady), an Event when one changes, the whole verdict
+    in ConfigMap gpunode-node-NODE;
     'gpunode verify --in-cluster' reads them. Reads the node, writes only its Node's status, its ConfigMap and
     Events.
 
@@ -159,7 +160,7 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
         node_checker.run(target, node, interval, click.echo)
         return
     state = node_checker.CheckerState()
-    results, facts = node_checker.judge_own(target)
+    results, facts = node_checker.judge_own(target, node)
     for condition in node_checker.publish(target, node, results, facts, interval, state) or []:
         click.echo(f"{condition['type']}={condition['status']} ({condition['reason']}): {condition['message']}")
     sys.exit(1 if any(r.state is Verdict.FINDING for r in results.values()) else 0)

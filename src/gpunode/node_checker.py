@@ -6,12 +6,13 @@ read-only into the pod (``--root /host``: the host's own nvidia-smi, dpkg and co
 command and the diagnosis are ``gpunode verify``'s (``gpunode.verify.engine``), so a node's condition says what
 verify would say. Every ``interval`` seconds, and at once on SIGUSR1 (``kubectl exec ... -- kill -USR1 1``), it:
 
-* patches its Node's status with one condition per node link (``gpunode.verify.node_conditions``),
+* patches its Node's status with one condition per link of the chain (``gpunode.verify.node_conditions``),
 * writes its record ConfigMap when the verdict changed (evidence, fix, proof: ``verify --in-cluster`` reads it),
 * creates an Event on the Node for each condition whose status or reason changed.
 
-The cluster links (labels, device plugin) are judged by ``gpunode verify --in-cluster`` from one Node list and
-the plugin's pods, where reading them costs one list for the whole cluster instead of one per node.
+The cluster links (labels, device plugin) are judged from this node's share of the API only (its Node, the
+plugin's DaemonSet, the pods bound to it: ``gpunode.verify.own_node``); ``verify --in-cluster`` judges them again
+from one list for the whole cluster.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from gpunode.cluster import node_status
 from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import settings_of
-from gpunode.verify.checks import NODE_STEPS, StepResult
+from gpunode.verify.checks import NODE_STEPS, StepResult, judge_cluster
 from gpunode.verify.engine import Verification
 from gpunode.verify.node_conditions import (
     CHECKER,
+    CONDITIONS,
     RECORD_KEY,
     RECORD_LABEL,
     RECORD_PREFIX,
@@ -38,6 +40,7 @@ from gpunode.verify.node_conditions import (
     encode,
     record,
 )
+from gpunode.verify.own_node import OwnNodeView
 from gpunode.verify.targets import Target
 
 EVENT_NAMESPACE = "default"  # where the kubelet and node-problem-detector put a Node's Events
@@ -61,9 +64,10 @@ class CheckerState:
     record: str | None = None  # None: not read yet
 
 
-def judge_own(target: Target) -> tuple[dict[str, StepResult], dict[str, dict]]:
-    """The node links' results and the facts they were judged from (a node that cannot be read fails at the
-    driver link with why, as verify says it)."""
+def judge_own(target: Target, node: str | None = None) -> tuple[dict[str, StepResult], dict[str, dict]]:
+    """Every link's result and the facts they were judged from: the node links from the node (one that cannot be
+    read fails at the driver link with why, as verify says it), the cluster links from this node's share of the
+    API (``OwnNodeView``), where ``cluster_steps`` is on."""
     quiet = Target(target.name, {**target.data, "cluster_steps": False}, target.groups)
     verification = Verification([quiet])
     try:
@@ -71,7 +75,11 @@ def judge_own(target: Target) -> tuple[dict[str, StepResult], dict[str, dict]]:
     finally:
         verification.connections.close()
     results = {step: verification.result(quiet.name, step) for step in NODE_STEPS}
-    return results, verification.facts.get(quiet.name, {})
+    facts = verification.facts.get(quiet.name, {})
+    parsed = settings_of(target)
+    name = node or parsed.cluster.k8s_node_name or facts.get("hostname") or target.name
+    results.update(judge_cluster(target.name, results["driver"], facts, parsed, OwnNodeView(name)))
+    return results, facts
 
 
 def evidence_of(result: StepResult) -> list[str]:
@@ -105,7 +113,7 @@ def publish(target: Target, node: str, results: dict[str, StepResult], facts: di
                                  {RECORD_KEY: text})
         state.record = text
     moved = changed(state.conditions, current)
-    step_of = {c["type"]: step for step, c in zip(NODE_STEPS, current, strict=True)}
+    step_of = {kind: step for step, kind in CONDITIONS.items()}
     for condition in moved:
         evidence = evidence_of(results[step_of[condition["type"]]])
         node_status.emit_event(settings, node, EVENT_NAMESPACE, condition, evidence, moment)
@@ -114,7 +122,7 @@ def publish(target: Target, node: str, results: dict[str, StepResult], facts: di
 
 
 def check_once(target: Target, node: str, interval: float, state: CheckerState) -> list[dict]:
-    results, facts = judge_own(target)
+    results, facts = judge_own(target, node)
     return publish(target, node, results, facts, interval, state)
 
 

@@ -105,6 +105,25 @@ def read_foreign(settings: ClusterSettings) -> list[ForeignDaemonSet]:
     return api_call(settings, "list NVIDIA's DaemonSets (device plugin, GPU Feature Discovery)", read)
 
 
+def read_foreign_on(settings: ClusterSettings, node: str) -> list[ForeignDaemonSet]:
+    """NVIDIA's DaemonSets whose pods run on ``node``, from the pods bound to it (one list filtered by the node,
+    as the kubelet reads its own): what the node checker reads instead of every DaemonSet and its pods."""
+    def read(client: Any) -> list[ForeignDaemonSet]:
+        found: dict[tuple[str, str], ForeignDaemonSet] = {}
+        for pod in client.list(Pod, namespace="*", fields={"spec.nodeName": node}):
+            owner = next((o for o in pod.metadata.ownerReferences or [] if o.kind == "DaemonSet"), None)
+            if owner is None or pod.metadata.deletionTimestamp:
+                continue
+            images = [c.image or "" for c in [*(pod.spec.containers or []), *(pod.spec.initContainers or [])]]
+            component = component_of(owner.name, dict(pod.metadata.labels or {}), images)
+            if component is not None:
+                found[(pod.metadata.namespace, owner.name)] = ForeignDaemonSet(
+                    pod.metadata.namespace, owner.name, component, pods={node: pod.metadata.name})
+        return list(found.values())
+
+    return api_call(settings, f"list the pods on node {node}", read)
+
+
 def registrar_on(foreign: list[ForeignDaemonSet], node: str) -> ForeignDaemonSet | None:
     """NVIDIA's device plugin whose pod runs on ``node``, if one does."""
     return next((ds for ds in foreign if ds.component == DEVICE_PLUGIN and node in ds.pods), None)

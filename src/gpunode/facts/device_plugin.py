@@ -148,6 +148,16 @@ def read_plugin_pods(settings: ClusterSettings, namespace: str) -> dict[str, Pod
     return {pod.spec.nodeName: pod for pod in pods if pod.spec and pod.spec.nodeName}
 
 
+def read_plugin_pod_on(settings: ClusterSettings, namespace: str, node: str) -> Pod | None:
+    """The device-plugin pod bound to ``node`` (its successor where one is being deleted), in one list call
+    filtered by the node: what the node checker reads instead of every node's."""
+    pods = api_call(settings, f"list the plugin pod on {node} in {namespace}",
+                    lambda client: list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR,
+                                                    fields={"spec.nodeName": node})))
+    pods.sort(key=lambda pod: not being_deleted(pod))
+    return pods[-1] if pods else None
+
+
 def pod_ready(pod: Pod | None) -> bool:
     """The pod's (first) container is ready: read from the pod alone, no further API call."""
     statuses = (pod.status.containerStatuses or []) if pod is not None and pod.status else []

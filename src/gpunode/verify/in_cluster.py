@@ -19,7 +19,14 @@ from gpunode.facts.node_records import read_node_records
 from gpunode.host_settings import HostSettings, settings_of
 from gpunode.verify.checks import CLUSTER_UNREADABLE, StepResult, judge_cluster
 from gpunode.verify.engine import Verification
-from gpunode.verify.node_conditions import CHECKER, CONDITIONS, RECORD_PREFIX, STALE_AFTER, heartbeat, results_of
+from gpunode.verify.node_conditions import (
+    CHECKER,
+    NODE_CONDITIONS,
+    RECORD_PREFIX,
+    STALE_AFTER,
+    heartbeat,
+    results_of,
+)
 
 CHECKER_LINK = "node checker"
 GPU_PRESENT = f"{GFD}gpu.present"  # the node checker's DaemonSet selects the nodes with it
@@ -48,7 +55,7 @@ def record_problem(host: str, node: str, namespace: str, record: dict | str | No
                        [record], fix, "checker-record-unreadable")
     beat = heartbeat(state.conditions)
     if beat is None:
-        missing = sorted(kind for kind in CONDITIONS.values() if kind not in state.conditions)
+        missing = sorted(kind for kind in NODE_CONDITIONS.values() if kind not in state.conditions)
         return Finding(CHECKER_LINK, Verdict.FINDING, f"node {node} carries no condition {', '.join(missing)}",
                        [f"Node {node} conditions: {', '.join(sorted(state.conditions)) or 'none'}"], fix,
                        "checker-missing")
@@ -105,7 +112,7 @@ class InClusterVerification(Verification):
             # the checker runs where the labels step found a working GPU: elsewhere, the node links are unread
             why = (f"no node checker on {node}: its Node has no {GPU_PRESENT}=true (a CPU-only node, or one whose "
                    "GPU labels are missing: verify it over SSH)")
-            results = {step: StepResult(name, step, Verdict.NOT_CHECKED, why) for step in CONDITIONS}
+            results = {step: StepResult(name, step, Verdict.NOT_CHECKED, why) for step in NODE_CONDITIONS}
             self.facts[name] = {"hostname": node}
             return {**results, **judge_cluster(name, results["driver"], self.facts[name], parsed, self.cluster)}
         problem = record_problem(name, node, namespace, record, state, now)

@@ -29,7 +29,8 @@ from gpunode.verify.checks import StepResult
 RECORD_PREFIX = "gpunode-node-"  # the ConfigMap of node X is gpunode-node-X in the plugin's namespace
 STALE_AFTER = 2  # results older than this many intervals are stale: the checker is not running there
 STATUS = {Verdict.OK: "True", Verdict.FINDING: "False", Verdict.NOT_CHECKED: "Unknown"}
-CONDITIONS = {step.name: step.condition for step in chain.STEPS if step.on_node}
+CONDITIONS = {step.name: step.condition for step in chain.STEPS}  # every link: the checker judges them all
+NODE_CONDITIONS = {step.name: step.condition for step in chain.STEPS if step.on_node}
 MESSAGE_LIMIT = 1024  # a condition's message is one line; the record keeps the whole verdict
 
 
@@ -65,6 +66,8 @@ def conditions(results: dict[str, StepResult], previous: dict[str, dict], now: d
     """The node links' conditions; a condition keeps its lastTransitionTime while its status stays the same."""
     out = []
     for step, kind in CONDITIONS.items():
+        if step not in results:
+            continue
         result = results[step]
         status = STATUS[result.state]
         before = previous.get(kind) or {}
@@ -83,11 +86,12 @@ def changed(previous: dict[str, dict], current: list[dict]) -> list[dict]:
 
 
 def record(node: str, results: dict[str, StepResult], facts: dict[str, dict], interval: float) -> dict:
-    """What the ConfigMap keeps: every node link's verdict as verify's JSON has it, and the driver's GPUs and
-    health (the cluster links are judged from them: expected labels, expected offer, exclusive compute)."""
+    """What the ConfigMap keeps: every link's verdict as verify's JSON has it, and the driver's GPUs and health
+    (``--in-cluster`` judges the cluster links again from them: expected labels, expected offer, exclusive
+    compute)."""
     driver = facts.get("driver") or {}
     return {"node": node, "interval_s": interval,
-            "steps": {step: results[step].as_json() for step in CONDITIONS},
+            "steps": {step: results[step].as_json() for step in CONDITIONS if step in results},
             "facts": {"driver": {"nvidia_smi": driver.get("nvidia_smi"), "health": driver.get("health")},
                       "hostname": facts.get("hostname") or node}}
 
@@ -97,14 +101,17 @@ def encode(data: dict) -> str:
 
 
 def results_of(host: str, data: dict) -> dict[str, StepResult]:
-    """The node links' results a record holds, for ``host`` (its inventory name)."""
+    """The node links' results a record holds, for ``host`` (its inventory name); the cluster links are judged
+    again by the reader, from one list for the whole cluster."""
     steps = data.get("steps") or {}
     return {step: StepResult.from_json(host, step, steps[step]) if step in steps else
             StepResult(host, step, Verdict.NOT_CHECKED, f"not checked: the node checker's record has no {step}")
-            for step in CONDITIONS}
+            for step in NODE_CONDITIONS}
 
 
 def heartbeat(node_conditions: dict[str, dict]) -> datetime | None:
-    """When the checker last wrote the node's conditions (the oldest of the chain's; None if one is missing)."""
-    times = [parse_time((node_conditions.get(kind) or {}).get("lastHeartbeatTime")) for kind in CONDITIONS.values()]
+    """When the checker last wrote the node's conditions (the oldest of its node links'; None if one is
+    missing)."""
+    times = [parse_time((node_conditions.get(kind) or {}).get("lastHeartbeatTime"))
+             for kind in NODE_CONDITIONS.values()]
     return None if None in times else min(t for t in times if t is not None)
