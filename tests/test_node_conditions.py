@@ -228,3 +228,35 @@ def test_a_host_root_the_checker_cannot_enter_fails_the_driver_link_with_the_fix
     assert "SYS_CHROOT" in driver.findings[0].fix
     assert all(results[step].state is Verdict.NOT_CHECKED for step in NODE_STEPS[1:])
     assert node_checker.local_target("node01", "/", {}).name == "@local"
+
+
+def test_the_checkers_view_reads_its_own_node_never_a_list_of_every_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per check on every node, a list of all nodes or all plugin pods would cost the API the square of the
+    fleet: the checker reads its Node, the plugin's DaemonSet and the pods bound to it, each once."""
+    from gpunode.facts.device_plugin import RolloutState
+    from gpunode.host_settings import HostSettings
+    from gpunode.verify import checks, own_node
+
+    reads: list[str] = []
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cluster-wide list")
+
+    monkeypatch.setattr(checks, "read_nodes", forbidden)
+    monkeypatch.setattr(checks, "read_plugin_pods", forbidden)
+    monkeypatch.setattr(checks, "read_foreign", forbidden)
+    monkeypatch.setattr(checks, "read_node_warnings", forbidden)
+    monkeypatch.setattr(checks, "read_rollout", lambda settings, ns: reads.append(f"rollout {ns}") or RolloutState(
+        True, generation=1, observed=1, desired=1, ready=1, updated=1))
+    monkeypatch.setattr(own_node, "read_node", lambda settings, name: reads.append(f"node {name}") or NodeLabelsState(
+        name, True, {"nvidia.com/gpu.present": "true"}, allocatable={"nvidia.com/gpu": "1"}))
+    monkeypatch.setattr(own_node, "read_foreign_on", lambda settings, name: reads.append(f"pods on {name}") or [])
+    monkeypatch.setattr(own_node, "read_plugin_pod_on",
+                        lambda settings, ns, name: reads.append(f"plugin pod on {name}") or None)
+    view = own_node.OwnNodeView("node01")
+    gpus = [{"index": 0, "name": "NVIDIA A100-SXM4-40GB", "memory_mib": 40960, "driver_version": "550.54.15",
+             "compute_cap": "8.0", "mig_mode": None, "uuid": "GPU-1", "pci_bus_id": "00000000:07:00.0"}]
+    results = view.judge("node01", HostSettings.from_data({}), {"driver": {"nvidia_smi": {"gpus": gpus}},
+                                                                "hostname": "node01"}, True)
+    assert set(results) == {"labels", "device_plugin"}
+    assert sorted(reads) == ["node node01", "plugin pod on node01", "pods on node01", "rollout gpunode-system"]
