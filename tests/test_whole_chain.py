@@ -671,6 +671,14 @@ def test_the_node_checker_publishes_each_link_as_a_node_condition_and_verify_in_
         assert writes - patches <= 12, kinds  # its record and an Event per condition, when they change
         assert kinds["get nodes/"] <= patches + 2, kinds  # its reads: once per check, not per node of the fleet
 
+    # what it costs its node: the process's memory and CPU so far, as ps reads them in the node
+    for node in ("node01", "node02"):
+        line = next(line for line in ssh(fleet, node, "ps -eo rss=,etimes=,times=,args=").splitlines()
+                    if "node-check" in line and "ps -eo" not in line)
+        rss_kib, elapsed, cpu = (int(word) for word in line.split()[:3])
+        print(f"checker on {node}: RSS {rss_kib / 1024:.0f} MiB, {cpu} CPU s in {elapsed} s")
+        assert rss_kib < 256 * 1024  # its memory limit
+
     # its own node only: with the token of node01's checker pod, the policy refuses node02's status
     kubeconfig = kubeconfig_of(fleet, tmp_path, pod)
     denied = gpunode("node-check", "--inventory", INVENTORY, "--node", "node02", "--once", "--data",
