@@ -116,3 +116,13 @@ def test_a_selector_key_of_another_manager_is_removed_by_a_merge_patch() -> None
         "nodeSelector": {"pool": None}, "affinity": None,
         "containers": [{"name": "device-plugin", "command": None}]}}}}
     assert foreign_extras(wanted, wanted) == {}
+
+
+def test_only_the_plugins_config_map_is_judged_as_a_foreign_configuration() -> None:
+    """The node checker's settings ConfigMap has no config.yaml: a re-run must not call it edited (it did, and
+    every deploy after the first failed with 'could not tell')."""
+    from gpunode.cluster.manifests import node_settings_document
+
+    wanted = node_settings_document("gpunode-system", {"node01": {"toolkit_version": "1.20.0-1"}})
+    live = {**wanted, "metadata": {**wanted["metadata"], "managedFields": []}}
+    assert foreign_config(live, wanted) == []

@@ -177,7 +177,7 @@ def foreign_config(live: dict | None, wanted: dict) -> list[str]:
                    if e.get("name") == "CONFIG_FILE" and "CONFIG_FILE" not in names]
             found += [f"daemonset {live['metadata']['name']} container {container.get('name')}: {item}"
                       for item in flags + env]
-    if wanted.get("kind") == "ConfigMap":
+    if wanted.get("kind") == "ConfigMap" and wanted["metadata"]["name"] == CONFIG_MAP:  # the plugin's config
         live_text = str((live.get("data") or {}).get("config.yaml") or "")
         applied = ((live.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
         if text_digest(live_text) != applied and live_text != (wanted.get("data") or {}).get("config.yaml"):
