@@ -97,7 +97,10 @@ def sim_env(tmp_path_factory: pytest.TempPathFactory, net_block: int) -> dict[st
     if reason:
         pytest.skip(reason)
     state = tmp_path_factory.mktemp("sim")
-    return {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_SIM_NET": str(net_block), "PYTHONUNBUFFERED": "1"}
+    # the node checker's DaemonSet only where a test deploys it (tests/test_whole_chain.py): its pods would add their
+    # load to every test, and its settings change with every --data a test passes
+    return {**os.environ, "GPUNODE_SIM_DIR": str(state), "GPUNODE_SIM_NET": str(net_block), "PYTHONUNBUFFERED": "1",
+            "GPUNODE_SIM_CHECKER": "off"}
 
 
 @pytest.fixture(scope="session")

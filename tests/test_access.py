@@ -122,10 +122,6 @@ def test_the_preflight_is_ready_on_the_fleet_and_names_the_sudo_password_it_lack
     assert "/InRelease" in checks[("node01", "toolkit repository")]["detail"]
     permissions = next(c for (subject, name), c in checks.items() if name == "permissions")
     assert permissions["state"] == "ok" and "SelfSubjectAccessReview" in permissions["detail"]
-    # both images the nodes pull are checked alike (this machine cannot resolve the registry's name the nodes use)
-    images = {subject: c["state"] for (subject, _), c in checks.items()
-              if subject in ("plugin image", "node checker image")}
-    assert len(images) == 2 and len(set(images.values())) == 1, images
     sudo_policy(ASKS_PASSWORD)
     code, checks = check(fleet)
     assert code == 1

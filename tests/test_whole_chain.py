@@ -19,9 +19,12 @@ import pytest
 import tomlkit
 import yaml
 from lightkube import ApiError
+from lightkube.operators import exists
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota
+from lightkube.resources.core_v1 import ConfigMap, Event, Namespace, Node, Pod, ResourceQuota, ServiceAccount
 from lightkube.resources.node_v1 import RuntimeClass
+
+from gpunode.verify.node_conditions import CONDITIONS, camel
 
 from .conftest import CONTAINERD_DEFAULT, block, gpunode
 from .test_provisioning import INVENTORY, deploy, failing, ssh, verify
@@ -624,9 +627,29 @@ def test_the_node_checker_publishes_each_link_as_a_node_condition_and_verify_in_
     conditions, all True; verify --in-cluster says what verify over SSH says; a runtime fault on node01 turns
     NvidiaRuntimeReady False with the diagnosis' reason within an interval, with an Event, and doctor
     --in-cluster names it with doctor's fix; the checker's token may not write another node's status."""
-    from gpunode.verify.node_conditions import CONDITIONS, camel
-
     interval = 20  # the simulated fleet's checker_interval
+    with_checker = {**fleet["env"], "GPUNODE_SIM_CHECKER": "on"}  # the inventory then names the checker's image
+    report = tmp_path / "checker-deploy.json"
+    deployed = gpunode("deploy", INVENTORY, "device_plugin", "--report", str(report), env=with_checker, check=False)
+    try:
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
+        checked_on_the_cluster(fleet, tmp_path, interval)
+    finally:
+        client = api(fleet)  # the other tests run without it: its objects and records go
+        for kind, name in ((DaemonSet, CHECKER), (ConfigMap, "gpunode-node-settings"), (ServiceAccount, CHECKER)):
+            try:
+                client.delete(kind, name, namespace=NAMESPACE)
+            except ApiError as error:
+                if error.status.code != 404:
+                    raise
+        for record in client.list(ConfigMap, namespace=NAMESPACE, labels={"gpunode.io/node-record": exists()}):
+            client.delete(ConfigMap, record.metadata.name, namespace=NAMESPACE)
+        wait_for(lambda: not list(client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": CHECKER})),
+                 90)
+
+
+def checked_on_the_cluster(fleet: dict, tmp_path: Path, interval: int) -> None:
+    """The checker's DaemonSet at work on the session fleet (see the test above)."""
     for node in ("node01", "node02"):
         for kind in CONDITIONS.values():
             wait_for_condition(fleet, node, kind, "True", 3 * interval + 60)

@@ -214,8 +214,8 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, p
                                "plugin_registry_password": reach.password}
         if checker_reference is not None:  # the node checker on every GPU node, reaching the API as kubelets do
             api_server = f"{paths.apiserver_address}:{controlplane.APISERVER_PORT}"
-            inventory["plugin"].update({"checker_image": checker_reference, "checker_interval": CHECKER_INTERVAL,
-                                        "checker_api_server": api_server})
+            inventory["checker"] = {"checker_image": checker_reference, "checker_interval": CHECKER_INTERVAL,
+                                    "checker_api_server": api_server}
     paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
     return paths.inventory_file
 
@@ -283,8 +283,8 @@ def up(paths: SimPaths, specs: list[NodeSpec], say: Say) -> FleetReport:
         nvml_build.ensure_built(paths.cache, say)  # the plugin's image runs its NVML backend over it
     # the node checker runs as a pod from its image: where every GPU node has the real kubelet or docker (the node
     # agent of the light mode runs the device plugin's code, not images)
-    checker = os.environ.get("GPUNODE_SIM_CHECKER", "on") != "off" and all(
-        real_kubelet(s.runtime) or s.runtime == "docker" for s in specs if int(s.profile["gpu"].get("count", 0)) > 0)
+    checker = all(real_kubelet(s.runtime) or s.runtime == "docker"
+                  for s in specs if int(s.profile["gpu"].get("count", 0)) > 0)
     if checker:
         checker_image.ensure_built(paths.cache, say)
     repo = build_repo(paths.repo, toolkit_build.require(paths.cache))

@@ -30,6 +30,8 @@ def _host(name: str) -> tuple[str, dict]:
         "kubeconfig": _inventory["kubeconfig"],
         "kube_context": _inventory["kube_context"],
         **_inventory.get("plugin", {}),  # the plugin image in the fleet's registry, by digest, and its pull user
+        # the node checker's image and how it reaches the API (GPUNODE_SIM_CHECKER=off: no node checker)
+        **(_inventory.get("checker", {}) if os.environ.get("GPUNODE_SIM_CHECKER", "on") != "off" else {}),
     })
     return name, data
 
