@@ -198,12 +198,16 @@ def bench(nodes: int, ansible: bool, profile: bool) -> dict[str, object]:
             figures["profile"] = profile_noop(env)
         return figures
     finally:
-        # down even when up failed half-way; the state folder goes only once nothing runs from it
-        down = subprocess.run([str(VENV / "gpunode"), "sim", "down", "--purge"], cwd=REPO, env=env,
-                              capture_output=True, text=True, check=False)
-        if down.returncode != 0:
-            print(f"gpunode sim down failed; the fleet's state is kept in {state}:\n{down.stderr[-2000:]}",
-                  file=sys.stderr)
+        down(env, state)
+
+
+def down(env: dict[str, str], state: str) -> None:
+    """The bench's fleet down, even when up failed half-way; the state folder goes only once nothing runs from it."""
+    result = subprocess.run([str(VENV / "gpunode"), "sim", "down", "--purge"], cwd=REPO, env=env,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        print(f"gpunode sim down failed; the fleet's state is kept in {state}:\n{result.stderr[-2000:]}",
+              file=sys.stderr)
 
 
 def main() -> None:

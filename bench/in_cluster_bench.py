@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from deploy_bench import down  # bench/ is the script's folder: the same teardown as the deploy bench
+
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv" / "bin"
 ADMIN_CONTEXT = "gpunode-sim"  # the fleet kubeconfig's admin: the checker's writes, as its pods would make them
@@ -76,11 +78,7 @@ def bench(nodes: int) -> dict[str, float]:
         figures.update(ssh=ssh[0], ssh_cpu=ssh[1], in_cluster=in_cluster[0], in_cluster_cpu=in_cluster[1])
         return figures
     finally:
-        down = subprocess.run([str(VENV / "gpunode"), "sim", "down", "--purge"], cwd=REPO, env=env,
-                              capture_output=True, text=True, check=False)
-        if down.returncode != 0:
-            print(f"gpunode sim down failed; the fleet's state is kept in {state}:\n{down.stderr[-2000:]}",
-                  file=sys.stderr)
+        down(env, state)
 
 
 def main() -> None:

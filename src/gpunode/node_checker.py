@@ -26,6 +26,8 @@ from typing import Any
 from gpunode.cluster import node_status
 from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
+from gpunode.facts.labels import read_node
+from gpunode.facts.node_records import read_record_text
 from gpunode.host_settings import settings_of
 from gpunode.verify.checks import NODE_STEPS, StepResult, judge_cluster
 from gpunode.verify.engine import Verification
@@ -48,10 +50,7 @@ EVENT_NAMESPACE = "default"  # where the kubelet and node-problem-detector put a
 
 def local_target(node: str, root: str, data: dict[str, Any]) -> Target:
     """This node as a verification target: ``@local``, or ``@chroot/ROOT`` when the host's root is mounted there.
-
-    The cluster links are not judged here (``cluster_steps`` off for the facts read); the API is reached with the
-    pod's ServiceAccount unless the data names a kubeconfig.
-    """
+    The API is reached with the pod's ServiceAccount unless the data names a kubeconfig."""
     name = "@local" if root in ("", "/") else f"@chroot/{root.rstrip('/')}"
     return Target(name, {"kubeconfig": "in-cluster", **data, "k8s_node_name": node}, [])
 
@@ -102,7 +101,8 @@ def publish(target: Target, node: str, results: dict[str, StepResult], facts: di
     settings, namespace = parsed.cluster, parsed.manifests.namespace
     name = f"{RECORD_PREFIX}{node}"
     if state.record is None:
-        state.conditions, state.record = node_status.read_own(settings, node, namespace, name)
+        state.conditions = read_node(settings, node).conditions
+        state.record = read_record_text(settings, namespace, name)
     moment = now or datetime.now(UTC)
     current = conditions(results, state.conditions, moment)
     node_status.patch_conditions(settings, node, current)

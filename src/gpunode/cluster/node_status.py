@@ -7,33 +7,18 @@ changed (server-side apply, field manager ``gpunode-node-checker``), and one Eve
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Event, Node
 from lightkube.types import PatchType
 
-from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
+from gpunode.cluster.client import ClusterSettings, api_call
 from gpunode.cluster.manifests import CHECKER
 
 MANAGER = CHECKER
 RECORD_KEY = "results.json"  # the record's key in its ConfigMap
-
-
-def read_own(settings: ClusterSettings, node: str, namespace: str, record_name: str) -> tuple[dict[str, dict], str]:
-    """The node's current conditions by type and its record's text ('' when none): what a restarted checker
-    compares its first verdict with."""
-    def read(client) -> tuple[dict[str, dict], str]:
-        found = client.get(Node, node)
-        conditions = {c.type: {"status": c.status, "reason": c.reason or "",
-                               "lastTransitionTime": c.lastTransitionTime.astimezone(UTC).strftime(
-                                   "%Y-%m-%dT%H:%M:%SZ") if c.lastTransitionTime else ""}
-                      for c in (found.status.conditions or [] if found.status else [])}
-        configmap = get_or_none(client, ConfigMap, record_name, namespace)
-        return conditions, ((configmap.data or {}).get(RECORD_KEY, "") if configmap is not None else "")
-
-    return api_call(settings, f"read node {node} and its record", read)
 
 
 def patch_conditions(settings: ClusterSettings, node: str, conditions: list[dict]) -> None:

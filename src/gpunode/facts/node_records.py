@@ -11,7 +11,7 @@ import json
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap
 
-from gpunode.cluster.client import ClusterSettings, api_call
+from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.cluster.node_status import RECORD_KEY
 
 RECORD_LABEL = "gpunode.io/node-record"
@@ -38,3 +38,11 @@ def read_node_records(settings: ClusterSettings, namespace: str) -> dict[str, di
     found = api_call(settings, f"list the node checker's ConfigMaps in {namespace}",
                      lambda client: list(client.list(ConfigMap, namespace=namespace, labels={RECORD_LABEL: exists()})))
     return dict(parse_record(configmap) for configmap in found)
+
+
+def read_record_text(settings: ClusterSettings, namespace: str, name: str) -> str:
+    """One node's record as its ConfigMap holds it ('' when there is none): what a restarted checker compares its
+    first verdict with."""
+    found = api_call(settings, f"read ConfigMap {namespace}/{name}",
+                     lambda client: get_or_none(client, ConfigMap, name, namespace))
+    return (found.data or {}).get(RECORD_KEY, "") if found is not None else ""
