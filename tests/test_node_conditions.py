@@ -260,3 +260,65 @@ def test_the_checkers_view_reads_its_own_node_never_a_list_of_every_node(monkeyp
                                                                 "hostname": "node01"}, True)
     assert set(results) == {"labels", "device_plugin"}
     assert sorted(reads) == ["node node01", "plugin pod on node01", "pods on node01", "rollout gpunode-system"]
+
+
+def test_the_checkers_settings_are_read_from_its_nodes_file_and_bad_ones_are_named(tmp_path) -> None:
+    from gpunode.errors import GpunodeError
+    from gpunode.node_checker import node_settings
+
+    folder = tmp_path / "node-settings"
+    folder.mkdir()
+    (folder / "node01.yaml").write_text("toolkit_version: 1.17.8-1\ncontainer_runtime: docker\n")
+    (folder / "node02.yaml").write_text("- not a mapping\n")
+    (folder / "node03.yaml").write_text("toolkit_version: [unclosed\n")
+    assert node_settings(str(folder), "node01") == ({"toolkit_version": "1.17.8-1", "container_runtime": "docker"},
+                                                    None)
+    assert node_settings(str(folder), "node09") == ({}, f"node node09: no {folder / 'node09.yaml'}: the "
+                                                        "inventory's defaults are expected")
+    assert node_settings(None, "node01") == ({}, None)
+    with pytest.raises(GpunodeError, match=r"node02.yaml is not a mapping"):
+        node_settings(str(folder), "node02")
+    with pytest.raises(GpunodeError, match=r"node03.yaml cannot be read: "):
+        node_settings(str(folder), "node03")
+
+
+def test_the_checker_takes_its_settings_anew_for_every_check_and_says_when_it_cannot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deploy that changes the expected toolkit version updates the settings ConfigMap in place: the next check
+    judges against it, without a restart of the checker's pod. Settings it cannot read are said; the loop goes on."""
+    import signal
+
+    from gpunode import node_checker
+    from gpunode.errors import GpunodeError
+    from gpunode.verify.targets import Target
+
+    versions = iter(["1.17.8-1", "1.18.0-1", None])
+    checked: list[str] = []
+    said: list[str] = []
+
+    def target_of() -> Target:
+        version = next(versions)
+        if version is None:
+            raise GpunodeError("--settings /etc/gpunode/node-settings/node01.yaml is not a mapping", "give a mapping")
+        return node_checker.local_target("node01", "/host", {"toolkit_version": version})
+
+    def check_once(target: Target, node: str, interval: float, state: node_checker.CheckerState) -> list[dict]:
+        checked.append(target.data["toolkit_version"])
+        return []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if len(said) == 3:
+            signal.raise_signal(signal.SIGTERM)
+
+    monkeypatch.setattr(node_checker, "check_once", check_once)
+    previous = {number: signal.getsignal(number) for number in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    try:
+        node_checker.run(target_of, "node01", 0.01, say)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    assert checked == ["1.17.8-1", "1.18.0-1"]
+    assert said == ["node node01 checked: no change", "node node01 checked: no change",
+                    "node node01: not checked: --settings /etc/gpunode/node-settings/node01.yaml is not a mapping "
+                    "(fix: give a mapping)"]

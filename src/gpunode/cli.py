@@ -127,37 +127,36 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
       gpunode node-check --node node01 --once
       gpunode node-check --root /host --interval 60        # in the DaemonSet's pod
     """
-    import yaml
-
     from gpunode import node_checker
     from gpunode.diagnosis import Verdict
-    from gpunode.verify.targets import parse_data
+    from gpunode.verify.targets import Target, parse_data
 
-    values: dict = {}
-    if settings_file:
-        chosen = Path(settings_file) / f"{node}.yaml" if Path(settings_file).is_dir() else Path(settings_file)
-        if not chosen.exists() and chosen.parent == Path(settings_file):
-            click.echo(f"node {node}: no {chosen}: the inventory's defaults are expected", err=True)
-        else:
-            try:
-                loaded = yaml.safe_load(chosen.read_text())
-            except (OSError, yaml.YAMLError) as error:
-                raise GpunodeError(f"--settings {chosen} cannot be read: {error}",
-                                   "give a YAML mapping of inventory data keys") from error
-            if not isinstance(loaded, dict | None):
-                raise GpunodeError(f"--settings {chosen} is not a mapping", "give a YAML mapping of data keys")
-            values.update(loaded or {})
-    values.update(parse_data(list(data)))
+    overrides = parse_data(list(data))
     if inventory:
         from gpunode.host_settings import settings_of
         from gpunode.verify.targets import load_inventory
 
-        target = load_inventory(inventory, [node], values)[0]
+        values, note = node_checker.node_settings(settings_file, node)
+        if note:
+            click.echo(note, err=True)
+        target = load_inventory(inventory, [node], {**values, **overrides})[0]
         node = settings_of(target).cluster.k8s_node_name or target.name
+
+        def target_of() -> Target:  # the inventory's host, as loaded
+            return target
     else:
-        target = node_checker.local_target(node, root, values)
+        said: set[str] = set()
+
+        def target_of() -> Target:  # the settings as they are now: a deploy may have changed them
+            values, note = node_checker.node_settings(settings_file, node)
+            if note and note not in said:  # once, not every interval
+                click.echo(note, err=True)
+                said.add(note)
+            return node_checker.local_target(node, root, {**values, **overrides})
+
+        target = target_of()
     if not once:
-        node_checker.run(target, node, interval, click.echo)
+        node_checker.run(target_of, node, interval, click.echo)
         return
     state = node_checker.CheckerState()
     results, facts = node_checker.judge_own(target, node)

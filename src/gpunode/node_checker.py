@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gpunode.cluster import node_status
@@ -46,6 +48,27 @@ from gpunode.verify.own_node import OwnNodeView
 from gpunode.verify.targets import Target
 
 EVENT_NAMESPACE = "default"  # where the kubelet and node-problem-detector put a Node's Events
+
+
+def node_settings(path: str | None, node: str) -> tuple[dict[str, Any], str | None]:
+    """The host's inventory data from ``--settings``: a YAML file, or a folder with one NODE.yaml per node (the
+    DaemonSet's ConfigMap, which the kubelet updates in place after a deploy: the checker reads it before every
+    check). Returns (data, a note when the folder has no file for this node: the defaults are expected)."""
+    import yaml
+
+    if not path:
+        return {}, None
+    chosen = Path(path) / f"{node}.yaml" if Path(path).is_dir() else Path(path)
+    if not chosen.exists() and chosen.parent == Path(path):
+        return {}, f"node {node}: no {chosen}: the inventory's defaults are expected"
+    try:
+        loaded = yaml.safe_load(chosen.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise GpunodeError(f"--settings {chosen} cannot be read: {error}",
+                           "give a YAML mapping of inventory data keys") from error
+    if not isinstance(loaded, dict | None):
+        raise GpunodeError(f"--settings {chosen} is not a mapping", "give a YAML mapping of data keys")
+    return loaded or {}, None
 
 
 def local_target(node: str, root: str, data: dict[str, Any]) -> Target:
@@ -126,9 +149,11 @@ def check_once(target: Target, node: str, interval: float, state: CheckerState) 
     return publish(target, node, results, facts, interval, state)
 
 
-def run(target: Target, node: str, interval: float, say: Any) -> None:
-    """Check every ``interval`` seconds, and at once on SIGUSR1, until SIGTERM or SIGINT. A failed publish is
-    said and retried at the next interval (the API may be restarting); it never stops the loop."""
+def run(target_of: Callable[[], Target], node: str, interval: float, say: Any) -> None:
+    """Check every ``interval`` seconds, and at once on SIGUSR1, until SIGTERM or SIGINT, with the target
+    ``target_of`` gives before each check (its settings may have changed since). Settings that cannot be read or
+    a failed publish are said and tried again at the next interval (the API may be restarting); neither stops the
+    loop (the conditions then go stale, and ``verify --in-cluster`` says so)."""
     wake, stop = threading.Event(), threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: wake.set())
     for number in (signal.SIGTERM, signal.SIGINT):
@@ -136,11 +161,16 @@ def run(target: Target, node: str, interval: float, say: Any) -> None:
     state = CheckerState()
     while not stop.is_set():
         try:
-            moved = check_once(target, node, interval, state)
-            say(f"node {node} checked: " + (", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in moved)
-                                            or "no change"))
+            target = target_of()
         except GpunodeError as error:
-            say(f"node {node}: cannot publish: {error.problem}" + (f" (fix: {error.fix})" if error.fix else ""))
-            state.record = None  # read back what is there before the next publish
+            say(f"node {node}: not checked: {error.problem}" + (f" (fix: {error.fix})" if error.fix else ""))
+        else:
+            try:
+                moved = check_once(target, node, interval, state)
+                say(f"node {node} checked: "
+                    + (", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in moved) or "no change"))
+            except GpunodeError as error:
+                say(f"node {node}: cannot publish: {error.problem}" + (f" (fix: {error.fix})" if error.fix else ""))
+                state.record = None  # read back what is there before the next publish
         wake.wait(interval)
         wake.clear()

@@ -417,7 +417,9 @@ class Api:
         return node.metadata.uid
 
     def node_status(self, name: str, patch: dict) -> None:
-        self.client.patch(Node.Status, name, {"status": patch}, patch_type=PatchType.MERGE)
+        # strategic merge, as the kubelet patches it: conditions merge by type, so the ones other writers own
+        # (node-problem-detector's, gpunode's node checker's) stay; a JSON merge patch would replace the list
+        self.client.patch(Node.Status, name, {"status": patch}, patch_type=PatchType.STRATEGIC)
 
     def renew_lease(self, name: str, node_uid: str) -> None:
         spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now_micro()}
