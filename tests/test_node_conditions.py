@@ -8,7 +8,7 @@ import pytest
 
 from gpunode import chain
 from gpunode.diagnosis import Finding, Verdict
-from gpunode.facts.labels import NodeLabelsState
+from gpunode.facts.labels import NodeLabelsState, api_time
 from gpunode.verify.checks import NODE_STEPS, StepResult
 from gpunode.verify.in_cluster import record_problem
 from gpunode.verify.node_conditions import (
@@ -20,7 +20,6 @@ from gpunode.verify.node_conditions import (
     reason_of,
     record,
     results_of,
-    timestamp,
 )
 
 NOW = datetime(2026, 12, 3, 21, 0, 0, tzinfo=UTC)
@@ -73,14 +72,14 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     first = {c["type"]: c for c in conditions(healthy(), {}, NOW)}
     later = NOW + timedelta(minutes=5)
     again = conditions(healthy(), first, later)
-    assert all(c["lastTransitionTime"] == timestamp(NOW) and c["lastHeartbeatTime"] == timestamp(later)
+    assert all(c["lastTransitionTime"] == api_time(NOW) and c["lastHeartbeatTime"] == api_time(later)
                for c in again)
     assert changed(first, again) == []
     broken = healthy()
     broken["runtime"] = StepResult("node01", "runtime", Verdict.FINDING, BROKEN.what, [BROKEN])
     moved = changed(first, conditions(broken, first, later))
     assert [(c["type"], c["status"], c["lastTransitionTime"]) for c in moved] == [
-        ("NvidiaRuntimeReady", "False", timestamp(later))]
+        ("NvidiaRuntimeReady", "False", api_time(later))]
 
 
 def test_the_record_gives_back_every_verdict_with_its_evidence_fix_and_proof() -> None:
@@ -101,7 +100,7 @@ def test_the_record_gives_back_every_verdict_with_its_evidence_fix_and_proof() -
 
 
 def state_with(beat: datetime | None, kinds: tuple[str, ...] = tuple(CONDITIONS.values())) -> NodeLabelsState:
-    conds = {kind: {"status": "True", "lastHeartbeatTime": timestamp(beat) if beat else ""} for kind in kinds}
+    conds = {kind: {"status": "True", "lastHeartbeatTime": api_time(beat) if beat else ""} for kind in kinds}
     return NodeLabelsState("node01", True, conditions=conds)
 
 
@@ -124,8 +123,8 @@ def test_results_that_are_missing_unreadable_or_stale_are_said_with_the_fix() ->
 
 
 def test_heartbeat_is_the_oldest_of_the_chains_conditions() -> None:
-    conds = {kind: {"lastHeartbeatTime": timestamp(NOW)} for kind in CONDITIONS.values()}
-    conds["NvidiaRuntimeReady"] = {"lastHeartbeatTime": timestamp(NOW - timedelta(seconds=90))}
+    conds = {kind: {"lastHeartbeatTime": api_time(NOW)} for kind in CONDITIONS.values()}
+    conds["NvidiaRuntimeReady"] = {"lastHeartbeatTime": api_time(NOW - timedelta(seconds=90))}
     assert heartbeat(conds) == NOW - timedelta(seconds=90)
     del conds["GPUDriverReady"]
     assert heartbeat(conds) is None

@@ -59,13 +59,14 @@ def parse_node(name: str, node: Node | None) -> NodeLabelsState:
                            tuple(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect}"
                                  for t in (node.spec.taints or [] if node.spec else [])),
                            {c.type: {"status": c.status, "reason": c.reason or "", "message": c.message or "",
-                                     "lastHeartbeatTime": _time(c.lastHeartbeatTime),
-                                     "lastTransitionTime": _time(c.lastTransitionTime)}
+                                     "lastHeartbeatTime": api_time(c.lastHeartbeatTime),
+                                     "lastTransitionTime": api_time(c.lastTransitionTime)}
                             for c in (node.status.conditions or [] if node.status else [])})
 
 
-def _time(value: object) -> str:
-    """A condition time as the API wrote it (lightkube parses it into a datetime)."""
+def api_time(value: object) -> str:
+    """A condition time as the API server writes it (RFC 3339 in whole seconds, UTC), from what lightkube parsed
+    (a datetime) or a datetime of ours; "" for none."""
     if value is None:
         return ""
     if isinstance(value, datetime):

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from gpunode import chain
 from gpunode.cluster.manifests import CHECKER  # noqa: F401 - the checker's name, read with its records
 from gpunode.diagnosis import Verdict
+from gpunode.facts.labels import api_time
 from gpunode.facts.node_records import RECORD_KEY, RECORD_LABEL  # noqa: F401 - the checker writes them
 from gpunode.verify.checks import StepResult
 
@@ -48,11 +49,6 @@ def reason_of(result: StepResult) -> str:
     return camel(code) or "Finding"
 
 
-def timestamp(moment: datetime) -> str:
-    """RFC 3339 in seconds, as the API server writes condition times."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
@@ -74,8 +70,8 @@ def conditions(results: dict[str, StepResult], previous: dict[str, dict], now: d
         moved = before.get("status") != status or not before.get("lastTransitionTime")
         out.append({"type": kind, "status": status, "reason": reason_of(result),
                     "message": " ".join(result.reason.split())[:MESSAGE_LIMIT],
-                    "lastHeartbeatTime": timestamp(now),
-                    "lastTransitionTime": timestamp(now) if moved else before["lastTransitionTime"]})
+                    "lastHeartbeatTime": api_time(now),
+                    "lastTransitionTime": api_time(now) if moved else before["lastTransitionTime"]})
     return out
 
 
