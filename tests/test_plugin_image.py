@@ -107,3 +107,27 @@ def test_the_same_inputs_give_the_same_image(built: Path, tmp_path: Path) -> Non
                                   plugin_image.image_config(plugin_image.plugin_version(plugin_image.plugin_dir())),
                                   [plugin_image.image_name()]))
     assert digests == {plugin_image.describe(built)["digest"]}
+
+
+def test_old_image_builds_are_pruned_but_never_the_one_in_use_or_one_in_progress(tmp_path: Path) -> None:
+    """Each change to the sources builds a new image folder of about 200 MiB: the cache keeps the newest three."""
+    import os
+
+    from gpunode_sim.images import prune_builds
+
+    folders = []
+    for age, digest in enumerate(["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "dddddddddddd", "eeeeeeeeeeee"]):
+        folder = tmp_path / f"checker-image-{digest}"
+        folder.mkdir()
+        (folder / "image.json").write_text("{}")
+        os.utime(folder, (1000 - age * 10, 1000 - age * 10))  # aaaa… the newest
+        folders.append(folder)
+    in_progress = tmp_path / "checker-image-ffffffffffff"
+    in_progress.mkdir()  # no image.json yet
+    (tmp_path / "plugin-image-base-851bddf897ce.tar").write_text("")
+    in_use = folders[-1]  # the oldest, but the one this checkout runs
+    gone = prune_builds(tmp_path, "checker-image-", in_use)
+    assert sorted(p.name for p in gone) == ["checker-image-cccccccccccc", "checker-image-dddddddddddd"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checker-image-aaaaaaaaaaaa", "checker-image-bbbbbbbbbbbb", "checker-image-eeeeeeeeeeee",
+        "checker-image-ffffffffffff", "plugin-image-base-851bddf897ce.tar"]

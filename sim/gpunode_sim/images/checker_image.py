@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpunode.image import build as builder
 from gpunode.image.build import ARCHIVE, CHECKER, plugin_version
+from gpunode_sim.images import prune_builds
 from gpunode_sim.images.plugin_image import installed_versions
 
 Say = Callable[[str], None]
@@ -46,5 +47,6 @@ def ensure_built(cache: Path, say: Say, source: Path | None = None) -> Path:
     if (folder / "image.json").is_file():
         return folder
     builder.build(source, folder, cache, say, constraints=installed_versions(), recipe=CHECKER)
+    prune_builds(cache, "checker-image-", folder)
     say(f"node checker image {builder.image_name(plugin_version(source), CHECKER)} built: {folder / ARCHIVE}")
     return folder

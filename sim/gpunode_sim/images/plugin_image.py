@@ -28,6 +28,7 @@ from gpunode.image.build import (  # noqa: F401 - the image's facts, read by the
     image_config,
     plugin_version,
 )
+from gpunode_sim.images import prune_builds
 
 DEPENDENCIES = ("grpcio", "protobuf", "nvidia-ml-py", "pyyaml")  # plugin/pyproject.toml's, pinned when built
 Say = Callable[[str], None]
@@ -114,5 +115,6 @@ def ensure_built(cache: Path, say: Say, source: Path | None = None) -> Path:
     pinned_dependencies()  # each installed here, or a clear error
     # constraints only (no requirement of its own): the same bytes 'gpunode image build --constraint' makes
     builder.build(source, folder, cache, say, constraints=installed_versions())
+    prune_builds(cache, "plugin-image-", folder)
     say(f"plugin image {image_name(source)} built: {folder / ARCHIVE}")
     return folder
