@@ -675,31 +675,21 @@ def checked_on_the_cluster(fleet: dict, tmp_path: Path, interval: int) -> None:
 
     # its API cost, from the API server's audit log: a status patch per node and interval, the record and Events
     # only when the verdict changed, a read of its Node and record when it starts
-    audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
-    entries = [e for e in map(json.loads, audit.read_text().splitlines()) if e["stage"] == "ResponseComplete"
-               and e["user"]["username"] == f"system:serviceaccount:{NAMESPACE}:{CHECKER}"]
-    for node in ("node01", "node02"):
-        mine = [e for e in entries if e["user"].get("extra", {}).get("authentication.kubernetes.io/node-name")
-                == [node]]
-        kinds = Counter(f"{e['verb']} {e['objectRef']['resource']}{'/' + e['objectRef'].get('subresource', '')}"
-                        for e in mine)
-        patches = kinds["patch nodes/status"]
-        absent = ("get", "configmaps", 404)  # its record, before its first write
-        refused = [e for e in mine if e["responseStatus"]["code"] >= 300
-                   and (e["verb"], e["objectRef"]["resource"], e["responseStatus"]["code"]) != absent]
-        assert patches >= 1 and refused == [], (kinds, refused)
-        print(f"checker API requests on {node}: {dict(kinds)}")
+    first = {node: checker_requests(fleet, node) for node in ("node01", "node02")}
+    for node, kinds in first.items():
+        patches = kinds.pop("patch nodes/status")
+        print(f"checker API requests on {node}, its first {patches} check(s): {dict(kinds)}")
         writes = sum(count for kind, count in kinds.items() if not kind.startswith(("get ", "list ")))
+        assert patches >= 1 and kinds.pop("refused", 0) == 0, kinds
         assert kinds["patch configmaps/"] + kinds["create configmaps/"] <= 3, kinds  # not one per interval
-        assert writes - patches <= 12, kinds  # its record and an Event per condition, when they change
+        assert writes <= 12, kinds  # its record and an Event per condition, when they change
         assert kinds["get nodes/"] <= patches + 2, kinds  # its reads: once per check, not per node of the fleet
+        kinds["patch nodes/status"] = patches
 
-    # what it costs its node: the process's memory and CPU so far, as ps reads them in the node
-    for node in ("node01", "node02"):
-        line = next(line for line in ssh(fleet, node, "ps -eo rss=,etimes=,times=,args=").splitlines()
-                    if "node-check" in line and "ps -eo" not in line)
-        rss_kib, elapsed, cpu = (int(word) for word in line.split()[:3])
-        print(f"checker on {node}: RSS {rss_kib / 1024:.0f} MiB, {cpu} CPU s in {elapsed} s")
+    # what it costs its node: the process's memory and CPU so far, as the node's /proc reads them
+    usage = {node: checker_usage(fleet, node) for node in ("node01", "node02")}
+    for node, (rss_kib, alive, cpu) in usage.items():
+        print(f"checker on {node}: RSS {rss_kib / 1024:.0f} MiB, {cpu:.2f} CPU s in its first {alive:.0f} s")
         assert rss_kib < 256 * 1024  # its memory limit
 
     # its own node only: with the token of node01's checker pod, the policy refuses node02's status
@@ -726,6 +716,50 @@ def checked_on_the_cluster(fleet: dict, tmp_path: Path, interval: int) -> None:
     finally:
         assert deploy(fleet, tmp_path, "runtime", "--limit", "node01")[0].returncode == 0
     wait_for_condition(fleet, "node01", "NvidiaRuntimeReady", "True", 2 * interval + 15)
+
+    # its steady cost, once the repair is seen: CPU and API requests per check over two intervals of nothing new
+    before = {node: (checker_usage(fleet, node), checker_requests(fleet, node)) for node in ("node01", "node02")}
+    time.sleep(2 * interval + 2)
+    for node, ((_, since, cpu_since), requests_since) in before.items():
+        rss_kib, alive, cpu = checker_usage(fleet, node)
+        kinds = checker_requests(fleet, node) - requests_since
+        checks = kinds["patch nodes/status"]
+        reads = sum(count for kind, count in kinds.items() if kind.startswith(("get ", "list ")))
+        print(f"checker on {node}, steady: {checks} checks in {alive - since:.0f} s, "
+              f"{(cpu - cpu_since) / max(checks, 1):.2f} CPU s and {reads / max(checks, 1):.1f} reads per check, "
+              f"RSS {rss_kib / 1024:.0f} MiB; requests: {dict(kinds)}")
+        assert checks >= 2 and kinds["refused"] == 0, kinds
+        assert reads <= 4 * checks, kinds  # its Node, the plugin's DaemonSet, two pod lists bound to its node
+        assert sum(kinds.values()) == checks + reads, kinds  # no record or Event written: nothing changed
+        assert rss_kib < 256 * 1024
+
+
+def checker_requests(fleet: dict, node: str) -> Counter:
+    """The API requests of the node checker on ``node`` so far, by verb and resource, from the API server's audit
+    log ("refused": answered 300 or more, but for its record's 404 before its first write)."""
+    audit = Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "run" / "kube-apiserver-audit.log"
+    kinds: Counter = Counter()
+    for entry in map(json.loads, audit.read_text().splitlines()):
+        if entry["stage"] != "ResponseComplete" or \
+                entry["user"]["username"] != f"system:serviceaccount:{NAMESPACE}:{CHECKER}" or \
+                entry["user"].get("extra", {}).get("authentication.kubernetes.io/node-name") != [node]:
+            continue
+        ref, code = entry["objectRef"], entry["responseStatus"]["code"]
+        kinds[f"{entry['verb']} {ref['resource']}/{ref.get('subresource', '')}"] += 1
+        if code >= 300 and (entry["verb"], ref["resource"], code) != ("get", "configmaps", 404):
+            kinds["refused"] += 1
+    return kinds
+
+
+def checker_usage(fleet: dict, node: str) -> tuple[int, float, float]:
+    """(RSS KiB, seconds alive, CPU seconds) of the node checker's process on ``node``, from the node's /proc; its
+    CPU with the commands it ran and waited for (the facts command's nvidia-smi, containerd, dpkg...)."""
+    out = ssh(fleet, node, "pid=$(pgrep -f 'node-chec[k] --root' | head -1); cat /proc/$pid/stat; "
+                           "grep VmRSS /proc/$pid/status; cat /proc/uptime; getconf CLK_TCK").splitlines()
+    fields = out[0].rsplit(") ", 1)[1].split()
+    tick = int(out[3])
+    cpu, started = sum(int(field) for field in fields[11:15]), int(fields[19])  # utime, stime, cutime, cstime
+    return int(out[1].split()[1]), float(out[2].split()[0]) - started / tick, cpu / tick
 
 
 def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(fleet: dict, tmp_path: Path) -> None:
