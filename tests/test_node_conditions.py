@@ -122,6 +122,47 @@ def test_results_that_are_missing_unreadable_or_stale_are_said_with_the_fix() ->
     assert gone is not None and gone.code == "node-missing" and "k8s_node_name for gpu-a" in gone.fix
 
 
+def test_results_are_stale_after_two_heartbeats_when_the_checker_writes_only_on_change() -> None:
+    """A checker that writes its conditions once per heartbeat (300 s) is not stale after two intervals (60 s)."""
+    data = record("node01", healthy(), {}, 60, 300)
+    assert data["heartbeat_s"] == 300
+    assert record_problem("node01", "node01", "gpunode", data, state_with(NOW - timedelta(seconds=590)), NOW) is None
+    stale = record_problem("node01", "node01", "gpunode", data, state_with(NOW - timedelta(seconds=601)), NOW)
+    assert stale is not None and "601 s ago, every 300 s expected" in stale.what
+    older = {key: value for key, value in data.items() if key != "heartbeat_s"}  # a checker from before heartbeats
+    assert record_problem("node01", "node01", "gpunode", older, state_with(NOW - timedelta(seconds=121)), NOW)
+
+
+def test_the_checker_writes_its_conditions_on_a_change_or_a_due_heartbeat_and_its_record_on_a_new_verdict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API cost of a fleet whose chain holds: no write per check, one status patch per heartbeat."""
+    from gpunode import node_checker
+    from gpunode.cluster import node_status
+
+    writes: list[str] = []
+    monkeypatch.setattr(node_status, "patch_conditions", lambda settings, node, conds: writes.append("status"))
+    monkeypatch.setattr(node_status, "apply_record", lambda *args: writes.append("record"))
+    monkeypatch.setattr(node_status, "emit_event", lambda settings, node, ns, cond, *_: writes.append(cond["type"]))
+    target = node_checker.local_target("node01", "/", {"kubeconfig": "/dev/null"})
+    state = node_checker.CheckerState(conditions={}, record="")
+
+    def check(results: dict[str, StepResult], seconds: int, force: bool = False) -> list[str]:
+        writes.clear()
+        node_checker.publish(target, "node01", results, {}, 60, state, NOW + timedelta(seconds=seconds),
+                             heartbeat=300, force=force)
+        return list(writes)
+
+    assert check(healthy(), 0) == ["status", "record", *CONDITIONS.values()]  # the first: all new
+    assert check(healthy(), 60) == check(healthy(), 240) == []  # nothing changed, the heartbeat not due
+    assert check(healthy(), 299) == ["status"]  # due (a second's slack): the conditions' lastHeartbeatTime moves
+    assert check(healthy(), 359) == []
+    broken = {**healthy(), "runtime": StepResult("node01", "runtime", Verdict.FINDING, BROKEN.what, [BROKEN])}
+    assert check(broken, 360) == ["status", "record", "NvidiaRuntimeReady"]  # a change: written at once
+    assert check(broken, 420, force=True) == ["status"]  # --once
+    worded = {**broken, "runtime": StepResult("node01", "runtime", Verdict.FINDING, "other words", [BROKEN])}
+    assert check(worded, 480) == ["status", "record"]  # a new message: no Event (same status and reason)
+
+
 def test_heartbeat_is_the_oldest_of_the_chains_conditions() -> None:
     conds = {kind: {"lastHeartbeatTime": api_time(NOW)} for kind in CONDITIONS.values()}
     conds["NvidiaRuntimeReady"] = {"lastHeartbeatTime": api_time(NOW - timedelta(seconds=90))}
@@ -149,7 +190,7 @@ def test_the_checker_daemonset_has_least_privilege_and_passes_schema_validation(
                                             "capabilities": {"drop": ["ALL"], "add": ["SYS_CHROOT"]}}
     assert {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]} == {
         "/host": True, "/etc/gpunode/node-settings": True, "/tmp": False}
-    assert container["args"] == ["--interval=30", "--settings=/etc/gpunode/node-settings"]
+    assert container["args"] == ["--interval=30", "--heartbeat=300", "--settings=/etc/gpunode/node-settings"]
     assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert pod["imagePullSecrets"] == [{"name": "gpunode-registry"}]
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -301,7 +342,8 @@ def test_the_checker_takes_its_settings_anew_for_every_check_and_says_when_it_ca
             raise GpunodeError("--settings /etc/gpunode/node-settings/node01.yaml is not a mapping", "give a mapping")
         return node_checker.local_target("node01", "/host", {"toolkit_version": version})
 
-    def check_once(target: Target, node: str, interval: float, state: node_checker.CheckerState) -> list[dict]:
+    def check_once(target: Target, node: str, interval: float, state: node_checker.CheckerState,
+                   heartbeat: float = 0) -> list[dict]:
         checked.append(target.data["toolkit_version"])
         return []
 

@@ -49,6 +49,7 @@ from gpunode_sim.spec.profiles import NodeSpec, load_profile
 Say = Callable[[str], None]
 READY_TIMEOUT = 60.0
 CHECKER_INTERVAL = 20  # seconds: a fault shows in its Node condition within a test's patience, at little CPU
+CHECKER_HEARTBEAT = 60  # seconds: its writes when nothing changed, three intervals (a test sees one and a quiet check)
 
 
 @dataclass
@@ -215,7 +216,7 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, p
         if checker_reference is not None:  # the node checker on every GPU node, reaching the API as kubelets do
             api_server = f"{paths.apiserver_address}:{controlplane.APISERVER_PORT}"
             inventory["checker"] = {"checker_image": checker_reference, "checker_interval": CHECKER_INTERVAL,
-                                    "checker_api_server": api_server}
+                                    "checker_heartbeat": CHECKER_HEARTBEAT, "checker_api_server": api_server}
     paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
     return paths.inventory_file
 

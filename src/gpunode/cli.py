@@ -103,6 +103,9 @@ def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_p
               "the node checker's pod (read through chroot).")
 @click.option("--interval", default=60.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds between checks (SIGUSR1 checks at once).")
+@click.option("--heartbeat", default=300.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds between writes of the conditions when none changed (node-problem-detector's heartbeat); "
+              "a change is written at the check that sees it.")
 @click.option("--once", is_flag=True, help="Check and publish once, then exit (1 if a link is broken).")
 @click.option("--settings", "settings_file", type=click.Path(),
               help="YAML mapping of the host's inventory data (toolkit_version, container_runtime, ...), or a "
@@ -112,7 +115,7 @@ def verify(inventory: str, limit: tuple[str, ...], junit_xml: str | None, json_p
 @click.option("--inventory", type=click.Path(dir_okay=False), help="Read the node from outside as this inventory "
               "reaches it (--node names the inventory host), and publish with its kubeconfig: a node the "
               "DaemonSet does not run on yet.")
-def node_check(node: str, root: str, interval: float, once: bool, settings_file: str | None,
+def node_check(node: str, root: str, interval: float, heartbeat: float, once: bool, settings_file: str | None,
                data: tuple[str, ...], inventory: str | None) -> None:
     """Judge this node's links and publish them as Node conditions (the node checker's DaemonSet runs it).
 
@@ -125,7 +128,7 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
     \b
     Examples:
       gpunode node-check --node node01 --once
-      gpunode node-check --root /host --interval 60        # in the DaemonSet's pod
+      gpunode node-check --root /host --interval 60 --heartbeat 300   # in the DaemonSet's pod
     """
     from gpunode import node_checker
     from gpunode.diagnosis import Verdict
@@ -154,13 +157,15 @@ def node_check(node: str, root: str, interval: float, once: bool, settings_file:
                 said.add(note)
             return node_checker.local_target(node, root, {**values, **overrides})
 
-        target = target_of()
     if not once:
-        node_checker.run(target_of, node, interval, click.echo)
+        node_checker.run(target_of, node, interval, click.echo, max(heartbeat, interval))
         return
+    target = target_of()
     state = node_checker.CheckerState()
     results, facts = node_checker.judge_own(target, node)
-    for condition in node_checker.publish(target, node, results, facts, interval, state) or []:
+    # --once always writes: it is asked for when someone wants the node's word now
+    for condition in node_checker.publish(target, node, results, facts, interval, state,
+                                          heartbeat=max(heartbeat, interval), force=True) or []:
         click.echo(f"{condition['type']}={condition['status']} ({condition['reason']}): {condition['message']}")
     sys.exit(1 if any(r.state is Verdict.FINDING for r in results.values()) else 0)
 

@@ -134,6 +134,9 @@ KEYS: tuple[DataKey, ...] = (
             hint="an image reference like registry.example/gpunode-node-checker:0.1.0"),
     DataKey("checker_interval", int, 60, "seconds between the node checker's checks (--in-cluster calls results "
             "older than two intervals stale)", minimum=10),
+    DataKey("checker_heartbeat", int, 300, "seconds between the node checker's status writes when its verdict has "
+            "not changed (node-problem-detector's heartbeat period): --in-cluster calls results older than two "
+            "heartbeats stale", minimum=10),
     DataKey("checker_api_server", str, "", "HOST:PORT of the API server as the GPU nodes reach it, where pods "
             "cannot use the kubernetes Service (no kube-proxy): the checker then uses the node's network; '' : the "
             "Service", pattern=r"[^\s:/]+:[0-9]+", hint="HOST:PORT, e.g. 10.0.0.10:6443"),

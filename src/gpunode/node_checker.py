@@ -6,7 +6,10 @@ read-only into the pod (``--root /host``: the host's own nvidia-smi, dpkg and co
 command and the diagnosis are ``gpunode verify``'s (``gpunode.verify.engine``), so a node's condition says what
 verify would say. Every ``interval`` seconds, and at once on SIGUSR1 (``kubectl exec ... -- kill -USR1 1``), it:
 
-* patches its Node's status with one condition per link of the chain (``gpunode.verify.node_conditions``),
+* patches its Node's status with one condition per link of the chain (``gpunode.verify.node_conditions``) when a
+  condition's status, reason or message changed, or its last write is a ``heartbeat`` old (node-problem-detector's
+  rule, and its 5 minutes by default): a fleet whose chain holds costs the API server one write per node and
+  heartbeat, not per interval, and ``verify --in-cluster`` judges staleness against the heartbeat,
 * writes its record ConfigMap when the verdict changed (evidence, fix, proof: ``verify --in-cluster`` reads it),
 * creates an Event on the Node for each condition whose status or reason changed.
 
@@ -42,6 +45,7 @@ from gpunode.verify.node_conditions import (
     changed,
     conditions,
     encode,
+    parse_time,
     record,
 )
 from gpunode.verify.own_node import OwnNodeView
@@ -116,10 +120,24 @@ def evidence_of(result: StepResult) -> list[str]:
     return lines
 
 
+def due(previous: dict[str, dict], current: list[dict], now: datetime, heartbeat: float) -> bool:
+    """Whether the conditions must be written: one is new or says something else, or the oldest write is
+    ``heartbeat`` seconds old (a second of slack: a check that lands just before the beat does not wait a whole
+    interval more)."""
+    for condition in current:
+        before = previous.get(condition["type"]) or {}
+        if any(before.get(key) != condition[key] for key in ("status", "reason", "message")):
+            return True
+        written = parse_time(before.get("lastHeartbeatTime"))
+        if written is None or (now - written).total_seconds() >= heartbeat - 1:
+            return True
+    return False
+
+
 def publish(target: Target, node: str, results: dict[str, StepResult], facts: dict[str, dict], interval: float,
-            state: CheckerState, now: datetime | None = None) -> list[dict]:
-    """Write the node's conditions (always: the heartbeat), its record (when changed) and the Events of the
-    conditions that changed; returns those."""
+            state: CheckerState, now: datetime | None = None, heartbeat: float = 0, force: bool = False) -> list[dict]:
+    """Write the node's conditions (when one changed, the ``heartbeat`` is due, or ``force``), its record (when
+    changed) and the Events of the conditions that changed; returns those."""
     parsed = settings_of(target)
     settings, namespace = parsed.cluster, parsed.manifests.namespace
     name = f"{RECORD_PREFIX}{node}"
@@ -128,13 +146,17 @@ def publish(target: Target, node: str, results: dict[str, StepResult], facts: di
         state.record = read_record_text(settings, namespace, name)
     moment = now or datetime.now(UTC)
     current = conditions(results, state.conditions, moment)
-    node_status.patch_conditions(settings, node, current)
-    text = encode(record(node, results, facts, interval))
-    if text != state.record:
+    write = force or due(state.conditions, current, moment, heartbeat)
+    if write:
+        node_status.patch_conditions(settings, node, current)
+    text = encode(record(node, results, facts, interval, max(heartbeat, interval)))
+    if text != state.record:  # its evidence or proof moved, even where no condition did
         node_status.apply_record(settings, namespace, name, {RECORD_LABEL: node,
                                                              "app.kubernetes.io/managed-by": CHECKER},
                                  {RECORD_KEY: text})
         state.record = text
+    if not write:
+        return []
     moved = changed(state.conditions, current)
     step_of = {kind: step for step, kind in CONDITIONS.items()}
     for condition in moved:
@@ -144,12 +166,12 @@ def publish(target: Target, node: str, results: dict[str, StepResult], facts: di
     return moved
 
 
-def check_once(target: Target, node: str, interval: float, state: CheckerState) -> list[dict]:
+def check_once(target: Target, node: str, interval: float, state: CheckerState, heartbeat: float = 0) -> list[dict]:
     results, facts = judge_own(target, node)
-    return publish(target, node, results, facts, interval, state)
+    return publish(target, node, results, facts, interval, state, heartbeat=heartbeat)
 
 
-def run(target_of: Callable[[], Target], node: str, interval: float, say: Any) -> None:
+def run(target_of: Callable[[], Target], node: str, interval: float, say: Any, heartbeat: float = 0) -> None:
     """Check every ``interval`` seconds, and at once on SIGUSR1, until SIGTERM or SIGINT, with the target
     ``target_of`` gives before each check (its settings may have changed since). Settings that cannot be read or
     a failed publish are said and tried again at the next interval (the API may be restarting); neither stops the
@@ -166,7 +188,7 @@ def run(target_of: Callable[[], Target], node: str, interval: float, say: Any) -
             say(f"node {node}: not checked: {error.problem}" + (f" (fix: {error.fix})" if error.fix else ""))
         else:
             try:
-                moved = check_once(target, node, interval, state)
+                moved = check_once(target, node, interval, state, heartbeat)
                 say(f"node {node} checked: "
                     + (", ".join(f"{c['type']}={c['status']} ({c['reason']})" for c in moved) or "no change"))
             except GpunodeError as error:

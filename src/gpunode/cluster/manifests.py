@@ -39,6 +39,7 @@ class ManifestSettings:
     plugin_config: PluginConfig | None = None  # the plugin's own config file (time-slicing, renames), if any
     checker_image: str = BY_NAME["checker_image"].default  # '' : no node checker DaemonSet
     checker_interval: int = BY_NAME["checker_interval"].default
+    checker_heartbeat: int = BY_NAME["checker_heartbeat"].default
     checker_api_server: str = BY_NAME["checker_api_server"].default
     pull_secret: str = ""  # the Secret the DaemonSet's pods pull the image with ('': none)
     pull_auth: str = field(default="", repr=False)  # .dockerconfigjson (base64) of the Secret the deploy writes
@@ -55,6 +56,7 @@ class ManifestSettings:
             templates_dir=read(data, "templates_dir"),
             checker_image=read(data, "checker_image"),
             checker_interval=read(data, "checker_interval"),
+            checker_heartbeat=read(data, "checker_heartbeat"),
             checker_api_server=read(data, "checker_api_server"),
         )
         settings = replace(settings, **pull_settings(data, settings.image))

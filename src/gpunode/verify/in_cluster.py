@@ -3,7 +3,7 @@
 ``gpunode verify --in-cluster`` and ``gpunode doctor --in-cluster`` read one Node list (the chain's conditions and
 their heartbeat) and one list of the checker's ConfigMaps (the whole verdict of each node's links), then judge the
 cluster links (labels, device plugin) from the API as the SSH path does, with the GPUs the checker read. Nothing is
-run on any host; a node whose checker wrote nothing, or nothing for two intervals, fails at the chain's first link
+run on any host; a node whose checker wrote nothing, or nothing for two heartbeats, fails at the chain's first link
 with that said, and every later link is "not checked".
 """
 
@@ -60,11 +60,12 @@ def record_problem(host: str, node: str, namespace: str, record: dict | str | No
                        [f"Node {node} conditions: {', '.join(sorted(state.conditions)) or 'none'}"], fix,
                        "checker-missing")
     interval = float(record.get("interval_s") or 0)
+    period = max(interval, float(record.get("heartbeat_s") or 0))  # the longest it goes without writing them
     age = (now - beat).total_seconds()
-    if interval > 0 and age > STALE_AFTER * interval:
+    if period > 0 and age > STALE_AFTER * period:
         return Finding(CHECKER_LINK, Verdict.FINDING,
                        f"the node checker's results for node {node} are stale: last written {int(age)} s ago, "
-                       f"every {interval:g} s expected",
+                       f"every {period:g} s expected",
                        [f"Node {node} lastHeartbeatTime of its chain conditions: "
                         f"{beat.strftime('%Y-%m-%dT%H:%M:%SZ')}"], fix, "checker-stale")
     return None

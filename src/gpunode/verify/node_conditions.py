@@ -9,7 +9,8 @@ an Event when a condition changes, and the whole verdict (evidence, fix, proof) 
 Why a ConfigMap and not an annotation: every controller that watches Nodes (the scheduler, the node lifecycle
 controller, autoscalers) receives the whole Node object on every change, so kilobytes of evidence on the Node
 would be sent to all of them at every heartbeat; a ConfigMap per node is read only by whoever asks for it, and is
-written only when the verdict changes (the heartbeat is the conditions' ``lastHeartbeatTime``).
+written only when the verdict changes. The conditions themselves are written when one changes, and otherwise once
+per heartbeat (their ``lastHeartbeatTime``; 5 minutes by default, as node-problem-detector's), not at every check.
 
 ``gpunode verify --in-cluster`` reads them back (:func:`results_of`): one Node list and one ConfigMap list.
 """
@@ -28,7 +29,7 @@ from gpunode.facts.node_records import RECORD_KEY, RECORD_LABEL  # noqa: F401 - 
 from gpunode.verify.checks import StepResult
 
 RECORD_PREFIX = "gpunode-node-"  # the ConfigMap of node X is gpunode-node-X in the plugin's namespace
-STALE_AFTER = 2  # results older than this many intervals are stale: the checker is not running there
+STALE_AFTER = 2  # results older than this many heartbeats are stale: the checker is not running there
 STATUS = {Verdict.OK: "True", Verdict.FINDING: "False", Verdict.NOT_CHECKED: "Unknown"}
 CONDITIONS = {step.name: step.condition for step in chain.STEPS}  # every link: the checker judges them all
 NODE_CONDITIONS = {step.name: step.condition for step in chain.STEPS if step.on_node}
@@ -81,12 +82,13 @@ def changed(previous: dict[str, dict], current: list[dict]) -> list[dict]:
             or (previous.get(c["type"]) or {}).get("reason") != c["reason"]]
 
 
-def record(node: str, results: dict[str, StepResult], facts: dict[str, dict], interval: float) -> dict:
-    """What the ConfigMap keeps: every link's verdict as verify's JSON has it, and the driver's GPUs and health
-    (``--in-cluster`` judges the cluster links again from them: expected labels, expected offer, exclusive
-    compute)."""
+def record(node: str, results: dict[str, StepResult], facts: dict[str, dict], interval: float,
+           heartbeat: float | None = None) -> dict:
+    """What the ConfigMap keeps: every link's verdict as verify's JSON has it, the checker's interval and heartbeat
+    (the longest it goes without writing its conditions), and the driver's GPUs and health (``--in-cluster``
+    judges the cluster links again from them: expected labels, expected offer, exclusive compute)."""
     driver = facts.get("driver") or {}
-    return {"node": node, "interval_s": interval,
+    return {"node": node, "interval_s": interval, "heartbeat_s": heartbeat or interval,
             "steps": {step: results[step].as_json() for step in CONDITIONS if step in results},
             "facts": {"driver": {"nvidia_smi": driver.get("nvidia_smi"), "health": driver.get("health")},
                       "hostname": facts.get("hostname") or node}}

@@ -36,9 +36,7 @@ plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
 checker_image = ""                             # the node checker (gpunode image build --node-checker): conditions
 checker_interval = 60                          # on every GPU node's Node, read by verify/doctor --in-cluster
-checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service
-checker_image = ""                             # the node checker (gpunode image build --node-checker): conditions
-checker_interval = 60                          # on every GPU node's Node, read by verify/doctor --in-cluster
+checker_heartbeat = 300                        # its write when nothing changed (as node-problem-detector)
 checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service
 label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
 label_model_prefix = "nvidia-"
