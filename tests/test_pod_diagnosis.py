@@ -171,6 +171,9 @@ REQUIRE = ("failed to create containerd task: failed to create shim task: OCI ru
      "container output: Failed to initialize NVML: Insufficient Permissions"),
     (pod(phase="Failed", log="cudaGetDeviceCount: no CUDA-capable device is detected\n"), "runtime-no-injection",
      "no CUDA-capable device is detected"),
+    # a second context on a GPU in Exclusive_Process mode, as PyTorch and CuPy print cudaErrorDevicesUnavailable
+    (pod(phase="Failed", log="RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"),
+     "gpu-busy-or-unavailable", "container output: RuntimeError: CUDA error: CUDA-capable device(s) is/are busy"),
 ])
 def test_a_failed_gpu_container_is_linked_to_the_node_fact_by_its_own_words(view: PodView, code: str,
                                                                           phrase: str) -> None:

@@ -993,6 +993,52 @@ def test_time_slicing_from_the_inventory_is_carried_and_expected(fleet: dict, tm
     wait_for(lambda: doctor(fleet)[0] == 0, 60)
 
 
+def context_pod(name: str, seconds: int = 0) -> Pod:
+    """A CUDA-style workload on node01's GPU 0 (named by the environment, as a user may; no device-plugin limit)."""
+    return Pod.from_dict({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+                          "spec": {"restartPolicy": "Never", "nodeName": "node01", "runtimeClassName": "nvidia",
+                                   "containers": [{"name": "c", "image": "docker.io/library/gpunode-workload:1",
+                                                   "imagePullPolicy": "Never",
+                                                   "command": ["cuda-probe", str(seconds)],
+                                                   "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}]}})
+
+
+def test_a_gpu_in_exclusive_compute_mode_takes_one_context_and_the_second_pod_is_told_why(fleet: dict) -> None:
+    """Before: no stand-in enforced a compute mode: two CUDA pods on one Exclusive_Process GPU both ran. Now the
+    second fails with CUDA's words, doctor --pod links them to the compute mode, and the first one's exit frees the
+    GPU (the runtime frees a killed holder's context when its container is deleted)."""
+    client = api(fleet)
+    live_fault("compute-exclusive")(fleet)
+    try:
+        client.create(context_pod("ctx-holder", 90))
+        held = "ls /run/gpunode-sim/contexts 2>/dev/null; true"  # the lock folder of each GPU a context holds
+        wait_for(lambda: ssh(fleet, "node01", held).startswith("GPU-"), 90)
+        client.create(context_pod("ctx-second"))
+        wait_for(lambda: client.get(Pod, "ctx-second", namespace="default").status.phase in ("Succeeded", "Failed"),
+                 90)
+        assert client.get(Pod, "ctx-second", namespace="default").status.phase == "Failed"
+        code, report = doctor(fleet, "--pod", "default/ctx-second")
+        found = problem(report, "pod default/ctx-second")
+        assert (code, found["code"]) == (1, "gpu-busy-or-unavailable"), found
+        assert any("CUDA_ERROR_DEVICE_UNAVAILABLE: CUDA-capable device(s) is/are busy or unavailable" in line
+                   for line in found["evidence"]), found
+        assert "compute_mode" in found["fix"] and "node01" in found["fix"]
+        client.delete(Pod, "ctx-holder", namespace="default", grace_period=0)  # killed: its context goes with it
+        wait_for(lambda: not ssh(fleet, "node01", held).strip(), 60)
+        client.create(context_pod("ctx-third"))
+        wait_for(lambda: client.get(Pod, "ctx-third", namespace="default").status.phase in ("Succeeded", "Failed"),
+                 90)
+        assert client.get(Pod, "ctx-third", namespace="default").status.phase == "Succeeded"
+    finally:
+        clear_live_fault(fleet)
+        for name in ("ctx-holder", "ctx-second", "ctx-third"):
+            try:
+                client.delete(Pod, name, namespace="default", grace_period=0)
+            except ApiError as error:
+                if error.status.code != 404:
+                    raise
+
+
 GARBAGE_SMI = ("printf '#!/bin/sh\\necho \"a, b, c, d, e, f, g, h\"\\necho \"\\\\001garbage\" >&2\\n'"
                " > /usr/local/bin/nvidia-smi && chmod +x /usr/local/bin/nvidia-smi")
 

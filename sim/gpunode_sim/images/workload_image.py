@@ -15,19 +15,56 @@ from gpunode.image.oci import files_layer, write_archive
 
 IMAGE_NAME = "docker.io/library/gpunode-workload:1"
 BUSYBOX = Path("/bin/busybox")
-APPLETS = ("sh", "ls", "cat", "echo", "grep", "test", "[", "sleep", "env", "true", "false", "wc", "head")
+APPLETS = ("sh", "ls", "cat", "echo", "grep", "test", "[", "sleep", "env", "true", "false", "wc", "head", "awk",
+           "sed", "mkdir", "rm")
 CUDA_PROBE = """#!/bin/sh
-# gpunode simulated CUDA probe: what cuInit/cuDeviceGetCount report inside a container
-if [ -e /dev/nvidiactl ] && command -v nvidia-smi >/dev/null 2>&1; then
-    count=$(nvidia-smi -L | grep -c '^GPU ')
-    if [ "$count" -gt 0 ]; then
-        echo "CUDA devices: $count"
-        nvidia-smi -L
-        exit 0
-    fi
+# gpunode simulated CUDA probe: what cuInit, cuDeviceGetCount and cuCtxCreate report inside a container.
+# cuda-probe [SECONDS]: list the GPUs, create a context on each, hold them SECONDS (0), release them at exit.
+# A GPU's compute mode is the simulated driver's (its state file, as the runtime mounts it): Prohibited takes no
+# context, Exclusive_Process (and the old Exclusive_Thread) one at a time, node-wide (a lock folder per GPU under
+# the runtime's shared contexts folder, owned by this container: the runtime frees it when the container goes).
+# (the three locations can be moved for a test on the host: GPUNODE_SIM_DEV, _GPU_STATE, _CONTEXTS)
+if [ ! -e "${GPUNODE_SIM_DEV:-/dev}/nvidiactl" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
+    echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2
+    exit 100
 fi
-echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2
-exit 100
+listed=$(nvidia-smi -L)
+count=$(echo "$listed" | grep -c '^GPU ')
+if [ "$count" -eq 0 ]; then
+    echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2
+    exit 100
+fi
+state=${GPUNODE_SIM_GPU_STATE:-/etc/gpunode-sim/gpu.json}
+contexts=${GPUNODE_SIM_CONTEXTS:-/run/gpunode-sim/contexts}
+busy="CUDA_ERROR_DEVICE_UNAVAILABLE: CUDA-capable device(s) is/are busy or unavailable"
+held=""
+release() { for lock in $held; do rm -rf "$lock"; done; }
+trap release EXIT
+trap 'exit 143' TERM INT
+for uuid in $(echo "$listed" | sed -n 's/^GPU .*(UUID: \\(GPU-[^)]*\\))$/\\1/p'); do
+    mode=$(awk -F'"' -v want="$uuid" '/^      "uuid":/ {u = $4} /^      "compute_mode":/ && u == want {print $4}' \\
+        "$state" 2>/dev/null)
+    case "$mode" in
+        Prohibited)
+            echo "cuCtxCreate failed on $uuid: $busy" >&2
+            exit 46 ;;
+        Exclusive_Process|Exclusive_Thread)
+            if mkdir "$contexts/$uuid" 2>/dev/null; then
+                echo "${GPUNODE_SIM_CONTAINER:-}" > "$contexts/$uuid/owner"
+                held="$held $contexts/$uuid"
+            else
+                echo "cuCtxCreate failed on $uuid: $busy" >&2
+                exit 46
+            fi ;;
+    esac
+done
+echo "CUDA devices: $count"
+echo "$listed"
+if [ "${1:-0}" -gt 0 ]; then
+    sleep "$1" &
+    wait $!
+fi
+exit 0
 """
 
 

@@ -21,11 +21,17 @@ failed hook, so containerd reports it as "OCI runtime create failed". Likewise a
 image whose NVIDIA_REQUIRE_CUDA the node's driver does not meet (``cuda>=X`` and
 ``driver`` terms; space-separated alternatives, comma-separated terms that must
 all hold; ``NVIDIA_DISABLE_REQUIRE`` turns the check off, as for the real hook).
+
+What the GPU itself enforces, a compute mode, is the driver's: the node's CUDA contexts are lock folders in one
+shared folder (``CONTEXTS``, mounted into every GPU container, named by the container's id), which the workload
+image's CUDA probe takes for a GPU in an exclusive compute mode; on ``delete`` this runtime frees the locks the
+container still held (a process killed before it released them), as the driver frees a dead process's context.
 """
 
 import datetime
 import json
 import os
+import shutil
 import sys
 import tomllib
 
@@ -36,6 +42,7 @@ LIBRARY = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"  # where the driver inst
 # accept-nvidia-visible-devices-as-volume-mounts = true, as the device plugin's volume-mounts strategy needs
 VOLUME_MOUNTS = "/var/run/nvidia-container-devices"
 CONFIG = "/etc/nvidia-container-runtime/config.toml"
+CONTEXTS = "/run/gpunode-sim/contexts"  # one folder per GPU in an exclusive compute mode while a context holds it
 
 
 class HookFailed(Exception):
@@ -150,8 +157,12 @@ def inject(bundle: str, container: str) -> None:
     os.makedirs(EVENTS_DIR, exist_ok=True)
     mounts.append({"destination": STATE, "type": "bind", "source": STATE, "options": ["rbind", "ro"]})
     mounts.append({"destination": EVENTS_DIR, "type": "bind", "source": EVENTS_DIR, "options": ["rbind", "ro"]})
+    os.makedirs(CONTEXTS, exist_ok=True)
+    os.chmod(CONTEXTS, 0o1777)  # any user's container takes a context; none removes another's lock
+    mounts.append({"destination": CONTEXTS, "type": "bind", "source": CONTEXTS, "options": ["rbind", "rw"]})
     process = spec.setdefault("process", {})
-    env = [f"GPUNODE_SIM_HEALTH_EVENTS={EVENTS_DIR}/health-events"]  # where the simulated NVML reads its events
+    env = [f"GPUNODE_SIM_HEALTH_EVENTS={EVENTS_DIR}/health-events",  # where the simulated NVML reads its events
+           f"GPUNODE_SIM_CONTAINER={container}"]  # who holds a context: freed when the container is deleted
     if os.path.exists(LIBRARY):  # the simulated driver's NVML, mounted where the real hook mounts the driver's
         mounts.append({"destination": LIBRARY, "type": "bind", "source": os.path.realpath(LIBRARY),
                        "options": ["rbind", "ro"]})
@@ -162,7 +173,26 @@ def inject(bundle: str, container: str) -> None:
         json.dump(spec, handle)
 
 
+def release_contexts(container: str) -> None:
+    """Free the contexts a deleted container still held (its process was killed before it let them go)."""
+    try:
+        locks = os.listdir(CONTEXTS)
+    except FileNotFoundError:
+        return
+    for lock in locks:
+        folder = os.path.join(CONTEXTS, lock)
+        try:
+            with open(os.path.join(folder, "owner")) as handle:
+                owner = handle.read().strip()
+        except OSError:
+            continue
+        if owner == container:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def main(argv: list[str]) -> None:
+    if "delete" in argv and argv[-1] != "delete":
+        release_contexts(argv[-1])
     if "create" in argv:
         bundle = next((argv[i + 1] for i, a in enumerate(argv) if a in ("--bundle", "-b") and i + 1 < len(argv)),
                       os.getcwd())

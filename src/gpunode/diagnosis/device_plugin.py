@@ -191,8 +191,8 @@ EXCLUSIVE = ("Exclusive_Process", "Exclusive_Thread")  # nvidia-smi's compute_mo
 
 def exclusive_time_slicing(node: str, health: list[dict], config: PluginConfig | None) -> Finding | None:
     """Time-slicing offers each GPU to several pods at once, but a GPU in an exclusive compute mode takes one CUDA
-    context at a time: every pod after the first on it fails with CUDA's 'all CUDA-capable devices are busy or
-    unavailable'. (MPS is different: its control daemon wants Exclusive_Process.)"""
+    context at a time: every pod after the first on it fails with CUDA's 'CUDA-capable device(s) is/are busy or
+    unavailable' (cudaErrorDevicesUnavailable). (MPS is different: its control daemon wants Exclusive_Process.)"""
     rule = gpu_sharing(config)
     exclusive = [row for row in health if row.get("compute_mode") in EXCLUSIVE]
     if rule is None or rule.replicas < 2 or not exclusive:
@@ -200,7 +200,7 @@ def exclusive_time_slicing(node: str, health: list[dict], config: PluginConfig |
     indexes = " ".join(str(row["index"]) for row in exclusive)
     return Finding(STEP, Verdict.FINDING, f"{node} time-slices its GPUs {rule.replicas} ways, but GPU(s) {indexes} "
                    "take only one CUDA context at a time (exclusive compute mode): every pod after the first on them "
-                   "fails with 'all CUDA-capable devices are busy or unavailable'",
+                   "fails with 'CUDA-capable device(s) is/are busy or unavailable'",
                    [f"nvidia-smi compute_mode: GPU {row['index']} {row['compute_mode']}" for row in exclusive]
                    + [f"plugin_config sharing.timeSlicing: {GPU_RESOURCE} x {rule.replicas} replicas"],
                    f"nvidia-smi -i {exclusive[0]['index']} -c DEFAULT on {node} (as root; set it again after a reboot "

@@ -49,6 +49,12 @@ SIGNATURES: tuple[tuple[str, str, str, str], ...] = (
      "the container cannot open the GPU device nodes",
      "the driver creates /dev/nvidiactl and /dev/nvidia<N> mode 0666; 'ls -l /dev/nvidia*' on {node} shows what "
      "changed them (a udev rule, NVreg_DeviceFileMode)"),
+    ("is/are busy or unavailable", "gpu-busy-or-unavailable",
+     "a GPU it was given takes no new CUDA context: its compute mode is Exclusive_Process with another process "
+     "holding it (time-slicing hands one GPU to several pods), or Prohibited",
+     "'nvidia-smi --query-gpu=index,compute_mode --format=csv' on {node} shows each GPU's mode; 'nvidia-smi -i N -c "
+     "DEFAULT' sets a shared GPU back (or leave that GPU out of time-slicing); 'gpunode doctor --limit {node}' names "
+     "the GPUs"),
     ("unresolvable CDI devices", "cdi-spec-missing",
      "the runtime was asked for CDI devices that no CDI spec on the node defines",
      "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml on {node} (again after every driver change); "
