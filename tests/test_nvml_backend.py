@@ -54,6 +54,9 @@ def fake_pynvml(init_error: str | None = None, events: list | None = None) -> ty
     m.nvmlDeviceGetPciInfo = lambda h: SimpleNamespace(busId=gpus[h[1]]["bus"].encode())
     m.nvmlDeviceGetMemoryInfo = lambda h: SimpleNamespace(total=81920 * 1024 * 1024)
     m.nvmlDeviceGetMinorNumber = lambda h: gpus[h[1]]["minor"]
+    m.nvmlDeviceGetCudaComputeCapability = lambda h: (8, 0)
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
 
     def mig_mode(h: tuple) -> list[int]:
         return [gpus[h[1]]["mig"], gpus[h[1]]["mig"]]
@@ -105,6 +108,8 @@ def test_gpus_mig_and_nvlink(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [(g.uuid, g.minor, g.pci_bus_id, g.memory_mib, g.mig_enabled) for g in gpus] == [
         ("GPU-aaa", 0, "00000000:07:00.0", 81920, False), ("GPU-bbb", 1, "00000000:0F:00.0", 81920, True)]
     assert gpus[0].nvlink_peers == ("GPU-bbb",) and gpus[1].nvlink_peers == ("GPU-aaa",)
+    # what a DRA ResourceSlice says of each GPU: compute capability, the driver's version and its CUDA (12040)
+    assert (gpus[0].compute_capability, gpus[0].driver_version, gpus[0].cuda_version) == ("8.0", "550.54.15", "12.4")
     # only GI-level profiles (C == G) are exposed, as NVIDIA's plugin does
     assert [(d.uuid, d.profile, d.index) for d in gpus[1].mig_devices] == [("MIG-b0", "3g.39gb", "1:0")]
 

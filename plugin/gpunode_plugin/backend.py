@@ -39,6 +39,9 @@ class Gpu:
     mig_enabled: bool = False
     mig_devices: tuple[MigDevice, ...] = ()
     nvlink_peers: tuple[str, ...] = field(default=())  # UUIDs this GPU reaches over NVLink
+    compute_capability: str = ""  # "8.0" ('' where the driver does not say)
+    driver_version: str = ""  # the driver's, "550.54.15"
+    cuda_version: str = ""  # the newest CUDA the driver supports, "12.4"
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,31 @@ class NvmlBackend:
                             "means the driver was upgraded without a reboot") from error
         self._events = self._register_events()
 
+    def _versions(self) -> tuple[str, str]:
+        """(driver version, CUDA version) as nvidia-smi prints them; '' for one NVML does not give."""
+        nvml = self.nvml
+        try:
+            driver = nvml.nvmlSystemGetDriverVersion()
+            driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        except nvml.NVMLError:
+            driver = ""
+        try:
+            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())  # 12040 for 12.4
+            cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except nvml.NVMLError:
+            cuda_text = ""
+        return driver, cuda_text
+
+    def _compute_capability(self, handle: object) -> str:
+        try:
+            major, minor = self.nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        except self.nvml.NVMLError:
+            return ""
+        return f"{major}.{minor}"
+
     def gpus(self) -> list[Gpu]:
         nvml = self.nvml
+        driver, cuda = self._versions()
         result = []
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -56,7 +79,9 @@ class NvmlBackend:
                               memory_mib=nvml.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024),
                               minor=nvml.nvmlDeviceGetMinorNumber(handle), pci_bus_id=bus,
                               numa_node=sysfs_numa_node(bus), mig_enabled=mig_enabled, mig_devices=migs,
-                              nvlink_peers=self._nvlink_peers(handle)))
+                              nvlink_peers=self._nvlink_peers(handle),
+                              compute_capability=self._compute_capability(handle), driver_version=driver,
+                              cuda_version=cuda))
         return result
 
     def _mig(self, handle: object, gpu_index: int) -> tuple[bool, tuple[MigDevice, ...]]:

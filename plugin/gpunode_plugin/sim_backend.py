@@ -57,7 +57,10 @@ class SimBackend:
                               memory_mib=gpu["memory_total_mib"], minor=gpu["minor"], pci_bus_id=gpu["pci_bus_id"],
                               numa_node=gpu.get("numa_node", sysfs_numa_node(gpu["pci_bus_id"])),
                               mig_enabled=gpu.get("mig_mode") == "Enabled", mig_devices=mig,
-                              nvlink_peers=tuple(gpu.get("nvlink_peers", []))))
+                              nvlink_peers=tuple(gpu.get("nvlink_peers", [])),
+                              compute_capability=str(gpu.get("compute_cap", "")),
+                              driver_version=str(state.get("driver_version", "")),
+                              cuda_version=str(state.get("cuda_version", ""))))
         return result
 
     def wait_event(self, timeout_ms: int) -> HealthEvent | None:
