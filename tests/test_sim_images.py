@@ -5,6 +5,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from gpunode_sim.host.paths import SimPaths
 from gpunode_sim.images import layers
 
@@ -46,3 +47,15 @@ def test_cri_settings_go_where_each_schema_keeps_them(tmp_path: Path) -> None:
     cri = tomllib.loads(schema2.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["sandbox_image"] == "registry.k8s.io/pause:3.10.1" and cri["restrict_oom_score_adj"] is True
     assert cri["cni"]["bin_dir"] == "/usr/lib/cni"  # Debian's own settings kept
+
+
+def test_a_fleet_without_debian_12_nodes_still_gets_the_bastions_image(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: a fleet of Debian 13 nodes only failed at the bastion ("special device overlay does not exist")."""
+    prepared: list[str] = []
+    monkeypatch.setattr(layers, "_cached", lambda paths, name, digest, target, build, say: prepared.append(name))
+    layers.prepare_images(SimPaths(tmp_path / "state", tmp_path / "cache"), {("debian13", "containerd")},
+                          lambda line: None)
+    assert {"base-bookworm", "layer-sim", "base-trixie", "layer-sim-debian13", "layer-containerd-debian13"} <= set(
+        prepared), prepared
+    assert "layer-containerd" not in prepared  # Debian 12's runtime layer: no node needs it

@@ -337,13 +337,17 @@ def _set_cri_settings(config: Path) -> None:
 
 
 def prepare_images(paths: SimPaths, images: set[tuple[str, str]], say: Callable[[str], None]) -> None:
-    """Make the base images and layers the given (os, runtime) pairs need ready, from cache when possible."""
+    """Make the base images and layers the given (os, runtime) pairs need ready, from cache when possible, and the
+    bastion's (the Debian 12 base and sim layer), which every fleet has whatever its nodes run."""
     plain = {(OS_LAYERS[os_name][0] if os_name in OS_LAYERS else os_name, runtime) for os_name, runtime in images}
-    for os_name in sorted({os_name for os_name, _ in plain}):
+    wanted: dict[str, set[str]] = {DEFAULT_OS: {"sim"}}  # the bastion's
+    for image_os, runtime in plain:
+        wanted.setdefault(image_os, set()).update(RUNTIME_LAYERS[runtime])
+    for os_name in sorted(wanted):
         suite = OPERATING_SYSTEMS[os_name]
         _cached(paths, f"base-{suite}", _base_digest(suite), base_rootfs(paths, os_name),
                 lambda target, suite=suite: _debootstrap(target, suite, say), say)
-        needed = {layer for image_os, runtime in plain if image_os == os_name for layer in RUNTIME_LAYERS[runtime]}
+        needed = wanted[os_name]
         for layer in LAYER_ORDER:
             if layer not in needed:
                 continue
