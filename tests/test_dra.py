@@ -1,0 +1,246 @@
+"""GPUs through Dynamic Resource Allocation on the simulated fleet: gpunode's DRA driver under the real kubelet
+(1.35), scheduler and API server (1.37) on a containerd 1.7 node with CDI on.
+
+One node (Debian 13, containerd 1.7.24, four A100s) deployed by gpunode with CDI on; its device plugin taken off
+(one allocation method per node); the DRA driver's DaemonSet from the plugin's image. Its ResourceSlice lists the
+node's GPUs; a pod with a claim template of 1 and of 2 GPUs sees exactly its claim's GPUs; two pods share one
+claim; a restarted driver keeps what it prepared; an Xid takes a GPU out of the slice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from gpunode_plugin.dra_devices import DRIVER, GPU_CLASS, device_classes
+from gpunode_sim.host.paths import SimPaths
+from lightkube import ApiError, Client, codecs
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.apps_v1 import DaemonSet
+from lightkube.resources.core_v1 import Pod
+
+from .conftest import block, gpunode
+from .fleet_ssh import ssh_ok
+from .test_provisioning import INVENTORY
+
+pytestmark = pytest.mark.fleet
+
+NAMESPACE = "gpunode-system"
+NAME = "gpunode-dra-driver"
+ResourceSlice = create_global_resource("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
+ResourceClaim = create_namespaced_resource("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
+ResourceClaimTemplate = create_namespaced_resource("resource.k8s.io", "v1", "ResourceClaimTemplate",
+                                                   "resourceclaimtemplates")
+
+
+def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+def driver_objects(image: str, api_server: str) -> list[dict]:
+    """What an admin applies once (identity and rights) and the deploy rolls (the DaemonSet, the DeviceClasses)."""
+    host, port = api_server.rsplit(":", 1)
+    rules = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}]
+    volumes = {"registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
+               "cdi": "/var/run/cdi"}
+    daemonset = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, "namespace": NAMESPACE},
+        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}, "template": {
+            "metadata": {"labels": {"app.kubernetes.io/name": NAME}},
+            "spec": {"serviceAccountName": NAME, "imagePullSecrets": [{"name": "gpunode-registry"}],
+                     "runtimeClassName": "nvidia", "hostNetwork": True, "priorityClassName": "system-node-critical",
+                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{
+                         "name": "driver", "image": image, "imagePullPolicy": "IfNotPresent",
+                         "command": ["/usr/bin/python3", "-m", "gpunode_plugin.dra_driver"],
+                         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                 {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                                 {"name": "KUBERNETES_SERVICE_HOST", "value": host},
+                                 {"name": "KUBERNETES_SERVICE_PORT", "value": port}],
+                         "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": True,
+                                             "allowPrivilegeEscalation": False,
+                                             "capabilities": {"drop": ["ALL"]}},
+                         "volumeMounts": [{"name": name, "mountPath": path} for name, path in volumes.items()]}],
+                     "volumes": [{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+                                 for name, path in volumes.items()]}}}}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME},
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
+        *device_classes(),
+        daemonset,
+    ]
+
+
+@pytest.fixture(scope="module")
+def dra(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    folder = tmp_path_factory.mktemp("dra")
+    fleet_file = folder / "fleet.yaml"
+    fleet_file.write_text(json.dumps({"nodes": {"node01": "a100x4-containerd17"}}))
+    env = {**sim_env, "GPUNODE_SIM_DIR": str(folder / "sim"), "GPUNODE_SIM_NET": block(sim_env, 2)}
+    try:
+        info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
+        info["env"] = env
+        deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", env=env, check=False, timeout=900)
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
+        client = api(info)
+        client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)  # one allocation method per node
+        inventory = json.loads(Path(info["inventory"]).read_text())
+        paths = SimPaths(Path(env["GPUNODE_SIM_DIR"]), Path("/var/cache/gpunode"), int(env["GPUNODE_SIM_NET"]))
+        for body in driver_objects(inventory["plugin"]["plugin_image"], f"{paths.apiserver_address}:6443"):
+            client.apply(codecs.from_dict(body), field_manager="gpunode-test", force=True)
+        yield info
+    finally:
+        gpunode("sim", "down", env=env, check=False)
+
+
+def api(fleet: dict) -> Client:
+    return Client(KubeConfig.from_file(Path(fleet["env"]["GPUNODE_SIM_DIR"]) / "kubeconfig").get("gpunode-sim"),
+                  trust_env=False)
+
+
+def node_gpus(fleet: dict) -> list[str]:
+    return [gpu["uuid"] for gpu in json.loads(ssh_ok(fleet, "node01", "cat /etc/gpunode-sim/gpu.json"))["gpus"]]
+
+
+def the_slice(client: Client) -> object:
+    found = [s for s in client.list(ResourceSlice) if s["spec"]["driver"] == DRIVER]
+    return found[0] if len(found) == 1 else None
+
+
+def gpu_pod(name: str, claims: list[dict], command: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"restartPolicy": "Never", "runtimeClassName": "nvidia", "resourceClaims": claims,
+                     "containers": [{"name": "c", "image": "docker.io/library/gpunode-workload:1",
+                                     "imagePullPolicy": "Never", "command": ["sh", "-c", command],
+                                     "resources": {"claims": [{"name": c["name"]} for c in claims]}}]}}
+
+
+def template(name: str, count: int) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": GPU_CLASS, "allocationMode": "ExactCount", "count": count}}]}}}}
+
+
+def finished(client: Client, name: str, timeout: float = 120) -> tuple[str, str]:
+    def phase() -> str | None:
+        found = client.get(Pod, name, namespace="default").status.phase
+        return found if found in ("Succeeded", "Failed") else None
+
+    try:
+        phase_now = wait_for(phase, timeout, f"pod {name} to end")
+    except AssertionError:
+        pod = client.get(Pod, name, namespace="default")
+        raise AssertionError(f"pod {name}: {pod.status}") from None
+    log = "".join(client.log(name, namespace="default"))
+    return str(phase_now), log
+
+
+def listed(log: str) -> list[str]:
+    return [line.split("(UUID: ")[1].rstrip(")") for line in log.splitlines() if line.startswith("GPU ")]
+
+
+def test_the_driver_publishes_the_nodes_gpus_as_a_resource_slice(dra: dict) -> None:
+    client = api(dra)
+    found = wait_for(lambda: the_slice(client), 120, "the driver's ResourceSlice")
+    devices = found["spec"]["devices"]
+    assert found["spec"]["nodeName"] == "node01" and found["spec"]["pool"]["name"] == "node01"
+    assert [d["name"] for d in devices] == ["gpu-0", "gpu-1", "gpu-2", "gpu-3"]
+    assert [d["attributes"]["uuid"]["string"] for d in devices] == node_gpus(dra)
+    assert devices[0]["attributes"]["productName"]["string"].startswith("NVIDIA A100")
+    assert devices[0]["attributes"]["driverVersion"]["version"] and devices[0]["capacity"]["memory"]["value"]
+    listing = ssh_ok(dra, "node01", "ls /var/lib/kubelet/plugins_registry")
+    assert f"{DRIVER}-reg.sock" in listing
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_pod_with_a_claim_template_sees_exactly_its_claimed_gpus(dra: dict, count: int) -> None:
+    client = api(dra)
+    name = f"claims-{count}"
+    client.apply(codecs.from_dict(template(name, count)), field_manager="gpunode-test", force=True)
+    # it lists its GPUs, then waits to be deleted: its generated claim lives as long as the pod runs
+    client.create(codecs.from_dict(gpu_pod(name, [{"name": "gpus", "resourceClaimTemplateName": name}],
+                                           "nvidia-smi -L; sleep 600")))
+    try:
+        def running() -> bool:
+            pod = client.get(Pod, name, namespace="default")
+            assert pod.status.phase in ("Pending", "Running"), pod.status
+            return pod.status.phase == "Running" and "GPU " in "".join(client.log(name, namespace="default"))
+
+        wait_for(running, 120, f"pod {name} to list its GPUs")
+        log = "".join(client.log(name, namespace="default"))
+        generated = client.get(Pod, name, namespace="default").status.resourceClaimStatuses[0].resourceClaimName
+        claim = client.get(ResourceClaim, generated, namespace="default")
+        results = claim["status"]["allocation"]["devices"]["results"]
+        uuids = node_gpus(dra)
+        print(f"claim {generated}: {[r['device'] for r in results]}; the container lists {listed(log)}")
+        assert sorted(listed(log)) == sorted(uuids[int(r["device"].split("-")[1])] for r in results)
+        assert len(listed(log)) == count and {r["driver"] for r in results} == {DRIVER}
+    finally:
+        client.delete(Pod, name, namespace="default", grace_period=0)
+
+
+def test_two_pods_share_one_claim_and_a_restarted_driver_keeps_what_it_prepared(dra: dict) -> None:
+    client = api(dra)
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "shared", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": GPU_CLASS}}]}}}
+    client.apply(codecs.from_dict(claim), field_manager="gpunode-test", force=True)
+    holder = gpu_pod("holder", [{"name": "gpus", "resourceClaimName": "shared"}], "nvidia-smi -L; sleep 600")
+    client.create(codecs.from_dict(holder))
+    try:
+        wait_for(lambda: client.get(Pod, "holder", namespace="default").status.phase == "Running", 120, "holder")
+        uid = client.get(ResourceClaim, "shared", namespace="default")["metadata"]["uid"]
+        spec = f"/var/run/cdi/{DRIVER}-claim-{uid}.json"
+        before = ssh_ok(dra, "node01", f"cat {spec}")
+        driver_pod = next(p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME}))
+        client.delete(Pod, driver_pod.metadata.name, namespace=NAMESPACE)
+        wait_for(lambda: [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME})
+                          if p.metadata.name != driver_pod.metadata.name and p.status.phase == "Running"], 120,
+                 "a new driver pod")
+        client.create(codecs.from_dict(gpu_pod("sharer", [{"name": "gpus", "resourceClaimName": "shared"}],
+                                               "nvidia-smi -L")))
+        phase, log = finished(client, "sharer")
+        held = "".join(client.log("holder", namespace="default"))
+        assert phase == "Succeeded" and listed(log) == listed(held) and len(listed(log)) == 1, (log, held)
+        assert ssh_ok(dra, "node01", f"cat {spec}") == before  # prepared once, kept across the driver's restart
+        checkpoint = json.loads(ssh_ok(dra, "node01", f"cat /var/lib/kubelet/plugins/{DRIVER}/checkpoint.json"))
+        assert checkpoint["claims"][uid]["name"] == "shared"
+    finally:
+        for pod in ("holder", "sharer"):
+            try:
+                client.delete(Pod, pod, namespace="default", grace_period=0)
+            except ApiError:
+                pass
+    wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
+             "every claim unprepared (the shared one by the new driver)")
+    client.delete(ResourceClaim, "shared", namespace="default")
+
+
+def test_an_xid_takes_the_gpu_out_of_the_resource_slice(dra: dict) -> None:
+    client = api(dra)
+    gpu = node_gpus(dra)[2]
+    ssh_ok(dra, "node01", f"echo '{gpu} 79' >> /run/gpunode-sim/events/health-events")
+    found = wait_for(lambda: (s := the_slice(client)) and len(s["spec"]["devices"]) == 3 and s, 60,
+                     "the slice without the GPU")
+    assert gpu not in [d["attributes"]["uuid"]["string"] for d in found["spec"]["devices"]]
+    print(yaml.safe_dump({"slice generation": found["spec"]["pool"]["generation"]}))
