@@ -102,6 +102,9 @@ def dra(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
         deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", env=env, check=False, timeout=900)
         assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
         client = api(info)
+        # the device plugin's path first, for the latency to compare: a pod asking nvidia.com/gpu: 1, created to
+        # running with its GPU listed
+        info["device plugin"] = [time_to_gpus(client, codecs.from_dict(dp_pod(n))) for n in range(2)]
         client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)  # one allocation method per node
         inventory = json.loads(Path(info["inventory"]).read_text())
         paths = SimPaths(Path(env["GPUNODE_SIM_DIR"]), Path("/var/cache/gpunode"), int(env["GPUNODE_SIM_NET"]))
@@ -132,6 +135,33 @@ def gpu_pod(name: str, claims: list[dict], command: str) -> dict:
                      "containers": [{"name": "c", "image": "docker.io/library/gpunode-workload:1",
                                      "imagePullPolicy": "Never", "command": ["sh", "-c", command],
                                      "resources": {"claims": [{"name": c["name"]} for c in claims]}}]}}
+
+
+def dp_pod(number: int) -> dict:
+    body = gpu_pod(f"dp-latency-{number}", [], "nvidia-smi -L; sleep 600")
+    del body["spec"]["resourceClaims"]
+    container = body["spec"]["containers"][0]
+    container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    return body
+
+
+def time_to_gpus(client: Client, pod: object) -> float:
+    """Seconds from creating ``pod`` to its container listing a GPU (then the pod is deleted, and gone)."""
+    name = pod.metadata.name  # type: ignore[attr-defined]
+    started = time.monotonic()
+    client.create(pod)
+
+    def listing() -> bool:
+        found = client.get(Pod, name, namespace="default")
+        assert found.status.phase in ("Pending", "Running"), found.status
+        return found.status.phase == "Running" and "GPU " in "".join(client.log(name, namespace="default"))
+
+    wait_for(listing, 120, f"pod {name} to list its GPUs")
+    took = time.monotonic() - started
+    client.delete(Pod, name, namespace="default", grace_period=0)
+    wait_for(lambda: not [p for p in client.list(Pod, namespace="default") if p.metadata.name == name], 120,
+             f"pod {name} gone")
+    return took
 
 
 def template(name: str, count: int) -> dict:
@@ -244,3 +274,19 @@ def test_an_xid_takes_the_gpu_out_of_the_resource_slice(dra: dict) -> None:
                      "the slice without the GPU")
     assert gpu not in [d["attributes"]["uuid"]["string"] for d in found["spec"]["devices"]]
     print(yaml.safe_dump({"slice generation": found["spec"]["pool"]["generation"]}))
+
+
+def test_claim_to_running_latency_and_the_drivers_memory(dra: dict) -> None:
+    """Measured, printed (-s): a claim's pod against the device plugin's on the same node kind, and the driver's
+    RSS. Both paths are the kubelet's admission, the runtime's container start and the probe; DRA adds the
+    claim's creation from its template, the scheduler's allocation and the driver's prepare."""
+    client = api(dra)
+    client.apply(codecs.from_dict(template("latency", 1)), field_manager="gpunode-test", force=True)
+    took = [time_to_gpus(client, codecs.from_dict(gpu_pod(f"dra-latency-{n}", [
+        {"name": "gpus", "resourceClaimTemplateName": "latency"}], "nvidia-smi -L; sleep 600"))) for n in range(2)]
+    rss = int(ssh_ok(dra, "node01", "grep VmRSS /proc/$(pgrep -f 'gpunode_plugin.dra_drive[r]' | head -1)/status")
+              .split()[1])
+    plugin = dra["device plugin"]
+    print(f"create to GPUs listed, two pods each: DRA {min(took):.2f}-{max(took):.2f} s, device plugin "
+          f"{min(plugin):.2f}-{max(plugin):.2f} s; the DRA driver's RSS {rss / 1024:.0f} MiB")
+    assert max(took) < 60 and rss < 128 * 1024
