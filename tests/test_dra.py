@@ -38,14 +38,14 @@ ResourceClaimTemplate = create_namespaced_resource("resource.k8s.io", "v1", "Res
                                                    "resourceclaimtemplates")
 
 
-def wait_for(check: Callable[[], object], timeout: float, what: str) -> object:
+def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 1.0) -> object:
     deadline = time.monotonic() + timeout
     while True:
         found = check()
         if found:
             return found
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(1)
+        time.sleep(every)
 
 
 def driver_objects(image: str, api_server: str) -> list[dict]:
@@ -156,7 +156,7 @@ def time_to_gpus(client: Client, pod: object) -> float:
         assert found.status.phase in ("Pending", "Running"), found.status
         return found.status.phase == "Running" and "GPU " in "".join(client.log(name, namespace="default"))
 
-    wait_for(listing, 120, f"pod {name} to list its GPUs")
+    wait_for(listing, 120, f"pod {name} to list its GPUs", every=0.1)
     took = time.monotonic() - started
     client.delete(Pod, name, namespace="default", grace_period=0)
     wait_for(lambda: not [p for p in client.list(Pod, namespace="default") if p.metadata.name == name], 120,
@@ -290,3 +290,35 @@ def test_claim_to_running_latency_and_the_drivers_memory(dra: dict) -> None:
     print(f"create to GPUs listed, two pods each: DRA {min(took):.2f}-{max(took):.2f} s, device plugin "
           f"{min(plugin):.2f}-{max(plugin):.2f} s; the DRA driver's RSS {rss / 1024:.0f} MiB")
     assert max(took) < 60 and rss < 128 * 1024
+
+
+def test_a_pod_asking_nvidia_com_gpu_is_served_through_dra_where_the_class_maps_it(dra: dict) -> None:
+    """KEP-5004: the GPU DeviceClass names the extended resource; on a node without the device plugin, a pod that
+    asks nvidia.com/gpu: 1, unchanged, gets one GPU through a claim the scheduler makes for it."""
+    client = api(dra)
+    mapped = device_classes("nvidia.com/gpu")[0]
+    client.apply(codecs.from_dict(mapped), field_manager="gpunode-test", force=True)
+    try:
+        pod = dp_pod(9)
+        pod["metadata"]["name"] = "unchanged"
+        client.create(codecs.from_dict(pod))
+        try:
+            def listing() -> bool:
+                found = client.get(Pod, "unchanged", namespace="default")
+                assert found.status.phase in ("Pending", "Running"), found.status
+                return found.status.phase == "Running" and "GPU " in "".join(client.log("unchanged",
+                                                                                     namespace="default"))
+
+            try:
+                wait_for(listing, 90, "the unchanged pod to list its GPU")
+            except AssertionError:
+                found = client.get(Pod, "unchanged", namespace="default")
+                raise AssertionError(f"{found.status}") from None
+            log = "".join(client.log("unchanged", namespace="default"))
+            status = client.get(Pod, "unchanged", namespace="default").status
+            print(f"nvidia.com/gpu through DRA: {listed(log)}; claim {status.extendedResourceClaimStatus}")
+            assert len(listed(log)) == 1
+        finally:
+            client.delete(Pod, "unchanged", namespace="default", grace_period=0)
+    finally:
+        client.apply(codecs.from_dict(device_classes()[0]), field_manager="gpunode-test", force=True)

@@ -90,6 +90,9 @@ def kubelet_config(cgroup_root: str) -> dict:
         # the cluster DNS address pods are given (no DNS answers there: nothing in the simulated fleet resolves
         # names, and a node's network namespace has no route out)
         "clusterDNS": ["10.96.0.10"], "clusterDomain": "cluster.local",
+        # a pod's nvidia.com/gpu served through DRA (KEP-5004): GA in the 1.37 control plane, alpha (off by default)
+        # in this 1.35 kubelet, which must admit such a pod and prepare the claim the scheduler made for it
+        "featureGates": {"DRAExtendedResource": True},
     }
 
 
