@@ -24,10 +24,12 @@ import grpc
 from gpunode_plugin import __version__
 from gpunode_plugin.api import dra_pb2, dra_pb2_grpc, pluginregistration_pb2, pluginregistration_pb2_grpc
 from gpunode_plugin.backend import Backend, InitError
+from gpunode_plugin.config import Config
 from gpunode_plugin.dra_claims import ClaimPreparer, ClaimRef, PrepareError
 from gpunode_plugin.dra_devices import DRIVER, resource_slice
 from gpunode_plugin.health import health_policy
 from gpunode_plugin.kube import ApiError, InClusterApi
+from gpunode_plugin.manager import make_backend
 
 log = logging.getLogger("gpunode_plugin.dra")
 SERVICE = "v1.DRAPlugin"  # the kubelet's dra/v1 service, as a DRA plugin lists it when it registers
@@ -166,16 +168,6 @@ def serve(servicer_adder: object, servicer: object, socket: str) -> grpc.Server:
     return server
 
 
-def make_backend(name: str, driver_root: str) -> Backend:
-    if name == "sim":
-        from gpunode_plugin.sim_backend import SimBackend
-
-        return SimBackend()
-    from gpunode_plugin.nvml_backend import NvmlBackend
-
-    return NvmlBackend(driver_root)
-
-
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpunode-dra-driver", description=__doc__.split("\n")[0])
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="this node's Node name "
@@ -197,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpunode-dra-driver: no node name: set NODE_NAME from the downward API (spec.nodeName) or --node",
               file=sys.stderr)
         return 2
-    backend = make_backend(args.backend, args.driver_root)
+    backend = make_backend(Config(backend=args.backend, driver_root=args.driver_root))  # the device plugin's
     try:
         backend.start()
         api = InClusterApi()

@@ -24,16 +24,13 @@ CUDA_PROBE = """#!/bin/sh
 # context, Exclusive_Process (and the old Exclusive_Thread) one at a time, node-wide (a lock folder per GPU under
 # the runtime's shared contexts folder, owned by this container: the runtime frees it when the container goes).
 # (the three locations can be moved for a test on the host: GPUNODE_SIM_DEV, _GPU_STATE, _CONTEXTS)
+no_device() { echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2; exit 100; }
 if [ ! -e "${GPUNODE_SIM_DEV:-/dev}/nvidiactl" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2
-    exit 100
+    no_device
 fi
 listed=$(nvidia-smi -L)
 count=$(echo "$listed" | grep -c '^GPU ')
-if [ "$count" -eq 0 ]; then
-    echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2
-    exit 100
-fi
+[ "$count" -gt 0 ] || no_device
 state=${GPUNODE_SIM_GPU_STATE:-/etc/gpunode-sim/gpu.json}
 contexts=${GPUNODE_SIM_CONTEXTS:-/run/gpunode-sim/contexts}
 busy="CUDA_ERROR_DEVICE_UNAVAILABLE: CUDA-capable device(s) is/are busy or unavailable"
