@@ -709,8 +709,17 @@ def checked_on_the_cluster(fleet: dict, tmp_path: Path, interval: int) -> None:
         expected = problem(ssh_report, "node01")
         status, reason, message = wait_for_condition(fleet, "node01", "NvidiaRuntimeReady", "False", 2 * interval + 15)
         assert reason == camel(expected["code"]) and "no nvidia runtime" in message, (reason, message)
-        events = [e for e in api(fleet).list(Event, namespace="default", fields={"involvedObject.name": "node01"})
-                  if e.source and e.source.component == CHECKER]
+        def checker_events() -> list[Event]:
+            return [e for e in api(fleet).list(Event, namespace="default", fields={"involvedObject.name": "node01"})
+                    if e.source and e.source.component == CHECKER]
+
+        def warned() -> bool:  # the checker creates the Event just after it patches the condition the wait saw
+            return any(e.reason == reason and e.type == "Warning" for e in checker_events())
+
+        deadline = time.monotonic() + 30
+        while not warned() and time.monotonic() < deadline:
+            time.sleep(1)
+        events = checker_events()
         assert any(e.reason == reason and e.type == "Warning" and expected["fix"] in e.message for e in events), \
             [(e.reason, e.message) for e in events]
         code, report = doctor(fleet, "--in-cluster", "--limit", "node01")
