@@ -464,12 +464,32 @@ def test_a_stale_cdi_spec_is_judged_where_containerd_uses_cdi() -> None:
     assert "nvidia-smi --query-gpu=index,uuid: 0 GPU-new" in failed[0].evidence
 
 
+@pytest.mark.parametrize(("value", "version", "used"), [
+    ("@/sbin/ldconfig.real", "1.17.8-1", "@/sbin/ldconfig"),  # Ubuntu's config on Debian works since 1.15
+    ("@/sbin/ldconfig.real", "1.14.6-1", "@/sbin/ldconfig.real"),  # ... but not before: the hook passes it on
+    ("@/sbin/ldconfig", "1.17.8-1", "@/sbin/ldconfig.real"),  # where .real exists (Ubuntu), the hook takes it
+    ("@/opt/ldconfig", "1.20.0-1", "@/opt/ldconfig"),
+])
+def test_the_ldconfig_is_resolved_as_nvidias_hook_resolves_it(value: str, version: str, used: str) -> None:
+    """As the toolkit's ldconfigPath.normalize (internal/config/cli.go, 1.17.8; CHANGELOG v1.15.0-rc.1)."""
+    paths = {"/sbin/ldconfig": True, "/sbin/ldconfig.real": value == "@/sbin/ldconfig"}
+    assert toolkit_diagnosis.hook_ldconfig(value, paths, dict.fromkeys(PACKAGES, version)) == used
+    # a toolkit package removed (its version None): the others' version still says what the hook does
+    removed = {**dict.fromkeys(PACKAGES, version), "nvidia-container-toolkit": None}
+    assert toolkit_diagnosis.hook_ldconfig(value, paths, removed) == used
+
+
 @pytest.mark.parametrize(("changes", "code", "said"), [
     ({}, None, 'config.toml: ldconfig = "@/sbin/ldconfig" (/sbin/ldconfig exists)'),
     ({"config": None}, None, "config.toml: absent (the runtime uses nvidia-ctk's defaults for this host)"),
-    # Ubuntu's wrapper on Debian: the real hook's words, and the path nvidia-ctk itself would pick here
-    ({"config": {**HOST_OK["config"], "ldconfig": "@/sbin/ldconfig.real"}}, "toolkit-ldconfig-missing",
-     "nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: no such file or directory"),
+    # Ubuntu's wrapper on Debian: NVIDIA's hook (1.15 and later) uses /sbin/ldconfig instead, so nothing fails
+    ({"config": {**HOST_OK["config"], "ldconfig": "@/sbin/ldconfig.real"}}, None,
+     'ldconfig = "@/sbin/ldconfig.real" (/sbin/ldconfig exists, the path NVIDIA\'s hook uses for '
+     '@/sbin/ldconfig.real)'),
+    # a path that is on no host (a custom glibc's, since removed): fails on every version
+    ({"config": {**HOST_OK["config"], "ldconfig": "@/opt/glibc/sbin/ldconfig"},
+      "paths": {**HOST_OK["paths"], "/opt/glibc/sbin/ldconfig": False}}, "toolkit-ldconfig-missing",
+     "nvidia-container-cli: ldcache error: open failed: /opt/glibc/sbin/ldconfig: no such file or directory"),
     ({"config": {**HOST_OK["config"], "ldconfig": "/sbin/ldconfig"}}, "toolkit-ldconfig-in-container",
      'nvidia-container-cli.ldconfig value "/sbin/ldconfig" is not host-relative (does not start with a \'@\')'),
     ({"config": {"error": "Unterminated string (at end of document)", "ldconfig": None, "mode": None}},

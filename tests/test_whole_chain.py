@@ -486,9 +486,12 @@ def clear_live_fault(fleet: dict) -> None:
     gpunode("sim", "fault", "node01", "--clear", "--live", env=fleet["env"])
 
 
-# a config.toml as Ubuntu's packages wrote it, on a Debian node: set with NVIDIA's own tool
-UBUNTU_LDCONFIG = ("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml "
-                   "--set nvidia-container-cli.ldconfig=@/sbin/ldconfig.real")
+# a config.toml as Ubuntu's packages wrote it, on a Debian node; and one naming an ldconfig no host has (a custom
+# glibc's, removed since): both set with NVIDIA's own tool
+SET_LDCONFIG = ("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml "
+                "--set nvidia-container-cli.ldconfig=")
+UBUNTU_LDCONFIG = SET_LDCONFIG + "@/sbin/ldconfig.real"
+MISSING_LDCONFIG = SET_LDCONFIG + "@/opt/glibc/sbin/ldconfig"
 
 NODE_FAULTS = {
     "driver-not-loaded": (sim_fault("driver-not-loaded"), "node01", "driver", "kernel module is not loaded",
@@ -518,9 +521,9 @@ NODE_FAULTS = {
                                            "nvidia-container-toolkit-base >/dev/null 2>&1"),
         "node01", "toolkit", "toolkit", None),
     # before: "nothing is broken" (config.toml never read) while every GPU container failed at its creation
-    "toolkit-ldconfig-from-ubuntu": (
-        lambda fleet: ssh(fleet, "node01", UBUNTU_LDCONFIG), "node01", "toolkit",
-        "ldconfig /sbin/ldconfig.real does not exist on this host", None),
+    "toolkit-ldconfig-missing": (
+        lambda fleet: ssh(fleet, "node01", MISSING_LDCONFIG), "node01", "toolkit",
+        "ldconfig /opt/glibc/sbin/ldconfig does not exist on this host", None),
     # before: node chain and verify passed; the deploy did not repair it
     "toolkit-runtime-not-executable": (
         lambda fleet: ssh(fleet, "node01", "chmod 0644 /usr/bin/nvidia-container-runtime"), "node01", "toolkit",
@@ -780,13 +783,26 @@ def checker_usage(fleet: dict, node: str) -> tuple[int, float, float]:
     return int(out[1].split()[1]), float(out[2].split()[0]) - started / tick, cpu / tick
 
 
-def test_a_toolkit_config_from_ubuntu_fails_gpu_containers_with_the_hooks_words(fleet: dict, tmp_path: Path) -> None:
-    """Before: the pod failed, doctor --pod said "container exited", doctor said nothing is broken."""
+def test_a_toolkit_config_naming_a_missing_ldconfig_fails_gpu_containers_with_the_clis_words(fleet: dict,
+                                                                                            tmp_path: Path) -> None:
+    """Before: the pod failed, doctor --pod said "container exited", doctor said nothing is broken.
+
+    And Ubuntu's "@/sbin/ldconfig.real" on this Debian node is no fault at all: NVIDIA's own hook (since 1.15)
+    runs /sbin/ldconfig where the .real one is missing. Our runtime stand-in failed every GPU container on it, and
+    doctor agreed with the stand-in (both ours); NVIDIA's hook on the node showed them both wrong."""
     ssh(fleet, "node01", UBUNTU_LDCONFIG)
     try:
+        output = run_pod(fleet, "ldcache-ubuntu", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
+        assert "on node01: Succeeded" in output and "GPU 0: NVIDIA A100" in output, output
+        assert not [p for p in doctor(fleet)[1]["problems"] if p["subject"] == "node01"]
+    finally:
+        api(fleet).delete(Pod, "ldcache-ubuntu", namespace="default", grace_period=0)
+    ssh(fleet, "node01", MISSING_LDCONFIG)
+    try:
         output = run_pod(fleet, "ldcache", "--node-selector", "accelerator=nvidia-a100", "--timeout", "30")
-        assert "nvidia-container-cli: ldcache error: open failed: /sbin/ldconfig.real: no such file or directory" \
-            in output, output
+        assert "nvidia-container-cli: ldcache error: open failed: /opt/glibc/sbin/ldconfig: no such file or " \
+               "directory" in output, output
+        assert "error running hook #0" in output, output  # runc's own words for the failed hook
         found = problem(doctor(fleet, "--pod", "default/ldcache")[1], "pod default/ldcache")
         assert found["code"] == "hook-ldconfig-failed" and "deploys/toolkit.py" in found["fix"], found
         assert "OCI runtime create failed" in " ".join(found["evidence"]), found

@@ -22,8 +22,8 @@ CUDA_PROBE = """#!/bin/sh
 # cuda-probe [SECONDS]: list the GPUs, create a context on each, hold them SECONDS (0), release them at exit.
 # A GPU's compute mode is the simulated driver's (its state file, as the runtime mounts it): Prohibited takes no
 # context, Exclusive_Process (and the old Exclusive_Thread) one at a time, node-wide (a lock folder per GPU under
-# the runtime's shared contexts folder, owned by this container: the runtime frees it when the container goes).
-# (the three locations can be moved for a test on the host: GPUNODE_SIM_DEV, _GPU_STATE, _CONTEXTS)
+# the shared contexts folder, owned by this container's first process: freed once that process is gone).
+# (the four locations can be moved for a test on the host: GPUNODE_SIM_DEV, _GPU_STATE, _CONTEXTS, _OWNER)
 no_device() { echo "cuInit failed: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" >&2; exit 100; }
 if [ ! -e "${GPUNODE_SIM_DEV:-/dev}/nvidiactl" ] || ! command -v nvidia-smi >/dev/null 2>&1; then
     no_device
@@ -33,6 +33,7 @@ count=$(echo "$listed" | grep -c '^GPU ')
 [ "$count" -gt 0 ] || no_device
 state=${GPUNODE_SIM_GPU_STATE:-/etc/gpunode-sim/gpu.json}
 contexts=${GPUNODE_SIM_CONTEXTS:-/run/gpunode-sim/contexts}
+owner=${GPUNODE_SIM_OWNER:-/run/gpunode-sim/container/owner}  # this container's first process, as the cli wrote it
 busy="CUDA_ERROR_DEVICE_UNAVAILABLE: CUDA-capable device(s) is/are busy or unavailable"
 held=""
 release() { for lock in $held; do rm -rf "$lock"; done; }
@@ -47,7 +48,7 @@ for uuid in $(echo "$listed" | sed -n 's/^GPU .*(UUID: \\(GPU-[^)]*\\))$/\\1/p')
             exit 46 ;;
         Exclusive_Process|Exclusive_Thread)
             if mkdir "$contexts/$uuid" 2>/dev/null; then
-                echo "${GPUNODE_SIM_CONTAINER:-}" > "$contexts/$uuid/owner"
+                cat "$owner" > "$contexts/$uuid/owner" 2>/dev/null || true
                 held="$held $contexts/$uuid"
             else
                 echo "cuCtxCreate failed on $uuid: $busy" >&2

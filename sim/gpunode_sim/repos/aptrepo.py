@@ -3,9 +3,15 @@
 Laid out like the real one (``<base>/gpgkey`` and ``<base>/stable/deb/$(ARCH)``,
 a flat repository), signed with a throw-away key, holding the four toolkit
 packages at each simulated version with the real inter-package dependencies.
-The toolkit packages carry the REAL ``nvidia-ctk`` of their version, built from
-NVIDIA's source (``gpunode_sim.build.toolkit_build``); ``nvidia-container-runtime`` and
-the rest stay stand-ins, since what they do needs a GPU.
+The toolkit packages carry NVIDIA's own Go programs of their version, built from
+NVIDIA's source (``gpunode_sim.build.toolkit_build``): ``nvidia-ctk``, ``nvidia-cdi-hook``,
+``nvidia-container-runtime-hook`` and, at 1.17.8, ``nvidia-container-runtime``. Stand-ins:
+libnvidia-container (``nvidia-container-cli``, C that talks to the kernel driver: what it does
+with the simulated driver is in ``standins/nvidia_container_cli.py``) and, at 1.20.0 only,
+``nvidia-container-runtime``: NVIDIA's runtime there defaults to its jit-cdi mode, which mounts
+the driver's files into containers itself, and the simulated driver's files (a Python
+``nvidia-smi``, an NVML that reads the node's GPU state file) do not work in a container
+without the state the stand-in mounts beside them.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from gpunode_sim.repos.packages import SimPackage, write_file
 from gpunode_sim.repos.rpmrepo import RPM_ARCH, build_rpms
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
+NVIDIA_RUNTIME = ("1.17.8",)  # versions whose package carries NVIDIA's nvidia-container-runtime (see above)
 RPM_RECIPE = "rpm repository 1: signed packages, signed repomd.xml"
 REPO_PATH = "libnvidia-container"
 SIGNER = "gpunode simulated NVIDIA repository <repo@gpunode.invalid>"
@@ -60,6 +67,7 @@ def render_standin(name: str, **values: str) -> str:
 def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
     digest.update(render_standin("nvidia_container_runtime.py").encode())
+    digest.update(render_standin("nvidia_container_cli.py").encode())
     digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POST_INSTALL, "lua %post")).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
@@ -115,18 +123,22 @@ def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackag
             SimPackage("libnvidia-container-tools", version,
                        (("libnvidia-container1", ">=", version), ("libnvidia-container1", "<<", "2.0.0")),
                        {"/usr/bin/nvidia-container-cli": (
-                           f"#!/bin/sh\necho 'cli-version: {upstream}'\necho 'lib-version: {upstream}'\n", 0o755)}),
+                           render_standin("nvidia_container_cli.py", toolkit_version=upstream), 0o755)}),
             SimPackage("nvidia-container-toolkit-base", version, (), {
                 "/usr/bin/nvidia-ctk": (nvidia_ctk[upstream].read_bytes(), 0o755),
+                "/usr/bin/nvidia-cdi-hook": (
+                    toolkit_build.program(nvidia_ctk[upstream], "nvidia-cdi-hook").read_bytes(), 0o755),
                 "/usr/bin/nvidia-container-runtime": (
+                    toolkit_build.program(nvidia_ctk[upstream], "nvidia-container-runtime").read_bytes()
+                    if upstream in NVIDIA_RUNTIME else
                     render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
             }, post_install=BASE_POST_INSTALL),
             SimPackage("nvidia-container-toolkit", version,
                        (("nvidia-container-toolkit-base", "=", version), ("libnvidia-container-tools", ">=", version),
                         ("libnvidia-container-tools", "<<", "2.0.0")),
                        {"/usr/bin/nvidia-container-runtime-hook": (
-                           "#!/bin/sh\n# simulated OCI prestart hook: the simulated driver layer needs no injection "
-                           "here\nexit 0\n", 0o755)}),
+                           toolkit_build.program(nvidia_ctk[upstream], "nvidia-container-runtime-hook").read_bytes(),
+                           0o755)}),
         ]
     return packages
 

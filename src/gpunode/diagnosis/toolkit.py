@@ -20,6 +20,21 @@ def ldconfig_choice(paths: dict[str, bool]) -> str | None:
     return None
 
 
+NORMALIZED_SINCE = (1, 15)  # NVIDIA's hook resolves "@X.real" / "@X" to whichever of the two exists (v1.15.0-rc.1)
+
+
+def hook_ldconfig(value: str, paths: dict[str, bool], versions: dict[str, str]) -> str:
+    """The host ldconfig NVIDIA's hook passes to nvidia-container-cli for a configured ``@path``: since toolkit 1.15
+    the hook trims a ``.real`` suffix, then takes ``<path>.real`` where that exists on the host, else ``<path>``
+    (so Ubuntu's "@/sbin/ldconfig.real" works on Debian); older hooks pass the value as it is."""
+    installed = next((v for v in (versions.get("nvidia-container-toolkit"), *versions.values()) if v), "")
+    numbers = tuple(int(part) for part in str(installed).split("-")[0].split(".")[:2] if part.isdigit())
+    if len(numbers) < 2 or numbers < NORMALIZED_SINCE:
+        return value
+    trimmed = value[1:].removesuffix(".real")
+    return "@" + (trimmed + ".real" if paths.get(trimmed + ".real") else trimmed)
+
+
 def config_findings(state: dict) -> list[Finding]:
     """What config.toml asks that this host cannot do: every GPU container fails at its creation."""
     config = state.get("config")
@@ -45,14 +60,15 @@ def config_findings(state: dict) -> list[Finding]:
                         [where, f"error loading config: nvidia-container-cli.ldconfig value \"{value}\" is not "
                                 "host-relative (does not start with a '@')"], fix,
                         code="toolkit-ldconfig-in-container")]
-    if not state["paths"].get(value[1:]):
+    used = hook_ldconfig(value, state["paths"], state.get("versions") or {})
+    if not state["paths"].get(used[1:]):
         present = [path for path, exists in sorted(state["paths"].items()) if exists]
-        return [Finding(STEP, Verdict.FINDING, f"the toolkit's ldconfig {value[1:]} does not exist on this host: every "
+        return [Finding(STEP, Verdict.FINDING, f"the toolkit's ldconfig {used[1:]} does not exist on this host: every "
                         "GPU container fails with 'nvidia-container-cli: ldcache error: open failed: "
-                        f"{value[1:]}: no such file or directory'",
-                        [where, f"test -e {value[1:]}: no such file",
-                         f"ldconfig on this host: {', '.join(present) or 'none'}"], fix,
-                        code="toolkit-ldconfig-missing")]
+                        f"{used[1:]}: no such file or directory'",
+                        [where] + ([f"NVIDIA's hook resolves it to {used}"] if used != value else []) + [
+                         f"test -e {used[1:]}: no such file", f"ldconfig on this host: {', '.join(present) or 'none'}"],
+                        fix, code="toolkit-ldconfig-missing")]
     return []
 
 
@@ -129,7 +145,9 @@ def host_evidence(state: dict) -> list[str]:
         lines = [f"{TOOLKIT_CONFIG}: absent (the runtime uses nvidia-ctk's defaults for this host)"]
     else:
         value = config.get("ldconfig")
-        lines = [f'{TOOLKIT_CONFIG}: ldconfig = "{value}" ({value.lstrip("@")} exists)' if value else
+        used = hook_ldconfig(value, state.get("paths") or {}, state.get("versions") or {}) if value else ""
+        lines = [(f'{TOOLKIT_CONFIG}: ldconfig = "{value}" ({used[1:]} exists'
+                  + (f", the path NVIDIA's hook uses for {value})" if used != value else ")")) if value else
                  f"{TOOLKIT_CONFIG}: no ldconfig set (the default for this host)"]
         if config.get("mode"):
             lines.append(f'{TOOLKIT_CONFIG}: mode = "{config["mode"]}"'

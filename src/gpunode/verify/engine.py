@@ -6,6 +6,8 @@ Nothing is changed on any host.
 
 from __future__ import annotations
 
+import traceback
+
 from gpunode.connection import Connections, Reply, Unreachable
 from gpunode.diagnosis import Finding, Verdict
 from gpunode.errors import GpunodeError
@@ -51,7 +53,15 @@ class Verification:
             return Finding("inventory data", Verdict.FINDING, f"bad inventory data for {name}: {error.problem}",
                            fix=error.fix or "", code="bad-data")
         self.facts[name] = split_facts(reply.stdout)
-        return judge(name, self.facts[name], settings, self.cluster)
+        try:
+            return judge(name, self.facts[name], settings, self.cluster)
+        except Exception as error:  # noqa: BLE001 - one host's surprise fails that host alone, never the run
+            return Finding("diagnosis", Verdict.FINDING, f"gpunode could not judge {name}'s facts: "
+                           f"{type(error).__name__}: {error}",
+                           [f"{frame.filename.rsplit('/src/', 1)[-1]}:{frame.lineno} in {frame.name}"
+                            for frame in traceback.extract_tb(error.__traceback__)[-3:]],
+                           f"a gpunode bug: report it with 'gpunode doctor --limit {name} --json' and the facts "
+                           "command's output on that host", "judge-failed")
 
     def result(self, host: str, step: str) -> StepResult:
         """The step's verdict; a host that could not be read fails once, at the chain's first step, with the

@@ -4,7 +4,8 @@
 // node's health-events file, delivered through NVML's event-set API.
 //
 // Built by 'gpunode sim build' with -buildmode=c-shared. State: $GPUNODE_SIM_GPU_STATE, else
-// /etc/gpunode-sim/gpu.json; events: $GPUNODE_SIM_HEALTH_EVENTS, else /run/gpunode-sim/health-events.
+// /etc/gpunode-sim/gpu.json; events: $GPUNODE_SIM_HEALTH_EVENTS, else /run/gpunode-sim/events/health-events
+// (the node's file; nvidia-container-cli's stand-in mounts its folder at the same place in a GPU container).
 package main
 
 /*
@@ -570,7 +571,7 @@ func goNvLinkRemotePciInfo(handle C.nvmlDevice_t, link C.uint, pci *C.nvmlPciInf
 }
 
 func eventsFile() string {
-	return env("GPUNODE_SIM_HEALTH_EVENTS", "/run/gpunode-sim/health-events")
+	return env("GPUNODE_SIM_HEALTH_EVENTS", "/run/gpunode-sim/events/health-events")
 }
 
 //export goEventSetCreate
