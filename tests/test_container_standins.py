@@ -65,6 +65,14 @@ def test_the_devices_the_hook_names_are_the_gpus_selected() -> None:
     assert cli.selected_gpus(["all"], gpus) == gpus
     assert cli.selected_gpus(["GPU-c,0"], gpus) == [gpus[0], gpus[2]]
     assert cli.selected_gpus([], gpus) == []  # NVIDIA_VISIBLE_DEVICES=none: the driver, no GPU
+    gpus[1]["mig_devices"] = [{"uuid": "MIG-b0"}, {"uuid": "MIG-b1"}]
+    assert cli.selected_gpus(["MIG-b1"], gpus) == cli.selected_gpus(["1:0"], gpus) == [gpus[1]]
+    # the words NVIDIA's issues quote: an index past the last GPU, and the volume-mounts root passed as a device
+    # because the toolkit does not take devices from mounts (nvidia-container-toolkit issue 108)
+    for unknown in ("3", "/var/run/nvidia-container-devices", "1:2"):
+        with pytest.raises(cli.CliFailed) as caught:
+            cli.selected_gpus([unknown], gpus)
+        assert str(caught.value) == f"nvidia-container-cli: device error: {unknown}: unknown device"
 
 
 def test_a_context_is_freed_once_its_containers_first_process_is_gone(tmp_path: Path,

@@ -552,3 +552,21 @@ def test_persistence_mode_off_is_a_warning_with_its_evidence() -> None:
     assert len(warned) == 1 and not warned[0].breaks and not failures(findings)
     assert warned[0].evidence == ["nvidia-smi persistence_mode: GPU 1 Disabled"]
     assert "nvidia-persistenced" in warned[0].fix
+
+
+@pytest.mark.parametrize(("strategy", "config", "found"), [
+    ("envvar", {**HOST_OK["config"], "volume_mounts": False}, False),
+    ("volume-mounts", {**HOST_OK["config"], "volume_mounts": True}, False),
+    ("volume-mounts", {**HOST_OK["config"], "volume_mounts": False}, True),
+    ("volume-mounts", None, True),  # no config.toml: the hook's defaults, which do not take mounts
+])
+def test_the_volume_mounts_strategy_needs_the_hook_to_take_devices_from_mounts(strategy: str, config: dict | None,
+                                                                                found: bool) -> None:
+    state = {"family": "deb", "versions": dict.fromkeys(PACKAGES, "1.17.8-1"), "held": list(PACKAGES), "locks": {},
+             **HOST_OK, "config": config}
+    failed = failures(toolkit_diagnosis.diagnose(state, NodeSettings(plugin_device_list_strategy=strategy)))
+    assert [f.code for f in failed] == (["toolkit-volume-mounts-refused"] if found else [])
+    if found:
+        assert "device error: /var/run/nvidia-container-devices: unknown device" in failed[0].what
+        assert failed[0].fix.startswith("nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/"
+                                        "config.toml --set accept-nvidia-visible-devices-as-volume-mounts=true")

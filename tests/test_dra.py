@@ -1,10 +1,11 @@
 """GPUs through Dynamic Resource Allocation on the simulated fleet: gpunode's DRA driver under the real kubelet
 (1.35), scheduler and API server (1.37) on a containerd 1.7 node with CDI on.
 
-One node (Debian 13, containerd 1.7.24, four A100s) deployed by gpunode with CDI on; its device plugin taken off
-(one allocation method per node); the DRA driver's DaemonSet from the plugin's image. Its ResourceSlice lists the
-node's GPUs; a pod with a claim template of 1 and of 2 GPUs sees exactly its claim's GPUs; two pods share one
-claim; a restarted driver keeps what it prepared; an Xid takes a GPU out of the slice.
+One node (Debian 13, containerd 1.7.24, four A100s) deployed by gpunode with CDI on and the device plugin's
+volume-mounts strategy (NVIDIA's runtime and hook take the GPUs from mounts; the plugin's pods measured first, then
+the plugin taken off: one allocation method per node); the DRA driver's DaemonSet from the plugin's image. Its
+ResourceSlice lists the node's GPUs; a pod with a claim template of 1 and of 2 GPUs sees exactly its claim's GPUs;
+two pods share one claim; a restarted driver keeps what it prepared; an Xid takes a GPU out of the slice.
 """
 
 from __future__ import annotations
@@ -99,8 +100,13 @@ def dra(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
         info["env"] = env
-        deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", env=env, check=False, timeout=900)
+        # the driver's CDI specs hand GPUs to NVIDIA's hook as volume mounts (as the plugin's volume-mounts strategy
+        # does, which the device plugin uses here too): the deploy has the node's toolkit take devices from mounts
+        deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
+                           "plugin_device_list_strategy=volume-mounts", env=env, check=False, timeout=900)
         assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
+        assert ssh_ok(info, "node01", "grep -x 'accept-nvidia-visible-devices-as-volume-mounts = true' "
+                                      "/etc/nvidia-container-runtime/config.toml")
         client = api(info)
         # the device plugin's path first, for the latency to compare: a pod asking nvidia.com/gpu: 1, created to
         # running with its GPU listed

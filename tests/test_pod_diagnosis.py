@@ -159,8 +159,19 @@ REQUIRE = ("failed to create containerd task: failed to create shim task: OCI ru
            "requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a newer version, or "
            "use an earlier cuda container: unknown")
 
+# NVIDIA's nvidia-container-toolkit issue 108 (k3s, volume-mounts strategy) and issue 632 (docker, a device index)
+HOOK = ("failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        "failed: unable to start container process: error during container init: error running hook #0: error "
+        "running hook: exit status 1, stdout: , stderr: Auto-detected mode as 'legacy'\n")
+VOLUME_MOUNTS = HOOK + "nvidia-container-cli: device error: /var/run/nvidia-container-devices: unknown device: unknown"
+UNKNOWN_INDEX = HOOK + "nvidia-container-cli: device error: 2: unknown device: unknown"
+
 
 @pytest.mark.parametrize(("view", "code", "phrase"), [
+    (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", VOLUME_MOUNTS, 128),)),
+     "volume-mounts-refused", "device error: /var/run/nvidia-container-devices: unknown device"),
+    (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", UNKNOWN_INDEX, 128),)),
+     "device-unknown-to-driver", "device error: 2: unknown device"),
     (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", LDCACHE, 128),)),
      "hook-ldconfig-failed", "container c terminated: failed to create containerd task"),
     (pod(phase="Running", containers=(ContainerView("c", "waiting", "CrashLoopBackOff", "", None),),

@@ -165,9 +165,21 @@ def test_allocate_for_each_device_list_strategy(fleet: dict, strategy: str) -> N
     chosen.append(f"--device-list-strategy={strategy}")
     if chosen != rendered:
         set_plugin_args(client, chosen)
+    config = "/etc/nvidia-container-runtime/config.toml"
     try:
         command = ["sh", "-c", "nvidia-smi -L; echo visible=$NVIDIA_VISIBLE_DEVICES; "
                                "ls /var/run/nvidia-container-devices 2>/dev/null; true"]
+        if strategy == "volume-mounts":
+            # NVIDIA's hook takes devices from mounts only when its config says so (false by default): it passes
+            # the mount root on as a device, and nvidia-container-cli refuses it (NVIDIA's toolkit issue 108)
+            refused = gpunode("sim", "run", "list-unaccepted", "--gpus", "1", "--node-selector",
+                              f"kubernetes.io/hostname={NODE}", "--timeout", "30", "--", *command, env=fleet["env"],
+                              check=False)
+            assert "nvidia-container-cli: device error: /var/run/nvidia-container-devices: unknown device" in \
+                refused.stdout + refused.stderr, refused.stdout + refused.stderr
+            client.delete(Pod, "list-unaccepted", namespace="default", grace_period=0)
+            ssh(fleet, f"cp -a {config} {config}.before-test && nvidia-ctk config --in-place --config-file={config} "
+                       "--set accept-nvidia-visible-devices-as-volume-mounts=true")  # what the deploy sets for it
         run = gpunode("sim", "run", f"list-{strategy}", "--gpus", "1", "--node-selector",
                       f"kubernetes.io/hostname={NODE}", "--", *command, env=fleet["env"], check=False)
         assert run.returncode == 0, run.stdout + run.stderr
@@ -181,6 +193,7 @@ def test_allocate_for_each_device_list_strategy(fleet: dict, strategy: str) -> N
     finally:
         if plugin_args(client) != rendered:  # the deploy's own args again, in its order: no drift left behind
             set_plugin_args(client, rendered)
+        ssh(fleet, f"if [ -e {config}.before-test ]; then mv {config}.before-test {config}; fi")
 
 
 def klog_time(line: str) -> float:

@@ -545,7 +545,7 @@ def test_doctor_names_each_node_fault_and_verify_fails_that_step(fleet: dict, tm
         found = problem(report, subject)
         assert (found["link"], said in found["what"]) == (link, True), found
         assert found["fix"]
-        assert [p["subject"] for p in report["problems"]] == [subject]  # nothing else is blamed
+        assert [p["subject"] for p in report["problems"]] == [subject], report  # nothing else is blamed
         assert (subject, link) in failing(verify(fleet, tmp_path)[1])
     finally:
         if repair:
@@ -792,7 +792,8 @@ def test_a_toolkit_config_naming_a_missing_ldconfig_fails_gpu_containers_with_th
     doctor agreed with the stand-in (both ours); NVIDIA's hook on the node showed them both wrong."""
     ssh(fleet, "node01", UBUNTU_LDCONFIG)
     try:
-        output = run_pod(fleet, "ldcache-ubuntu", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi", "-L")
+        output = run_pod(fleet, "ldcache-ubuntu", "--node-selector", "accelerator=nvidia-a100", "--", "nvidia-smi",
+                         "-L")
         assert "on node01: Succeeded" in output and "GPU 0: NVIDIA A100" in output, output
         assert not [p for p in doctor(fleet)[1]["problems"] if p["subject"] == "node01"]
     finally:

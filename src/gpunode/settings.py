@@ -42,6 +42,7 @@ class NodeSettings:
     container_runtime: str = BY_NAME["container_runtime"].default
     nvidia_runtime_default: bool = BY_NAME["nvidia_runtime_default"].default
     cdi_enabled: bool = BY_NAME["cdi_enabled"].default
+    plugin_device_list_strategy: str = BY_NAME["plugin_device_list_strategy"].default
     containerd_systemd_cgroup: bool = BY_NAME["containerd_systemd_cgroup"].default
     runtime_restart_timeout: int = BY_NAME["runtime_restart_timeout"].default
     reboot_on_mismatch: bool = BY_NAME["reboot_on_mismatch"].default

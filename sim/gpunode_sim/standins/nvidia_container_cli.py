@@ -102,10 +102,23 @@ def parse(argv: list[str]) -> tuple[dict[str, list[str]], str]:
 
 
 def selected_gpus(devices: list[str], gpus: list[dict]) -> list[dict]:
+    """The GPUs ``--device`` names (``all``, indexes, GPU or MIG UUIDs, ``GPU:MIG`` indexes; a MIG device gives its
+    GPU here); a name that is none of this node's is refused as the real cli refuses it."""
     wanted = [item.strip() for value in devices for item in value.split(",") if item.strip()]
     if "all" in wanted:
         return gpus
-    return [g for g in gpus if g["uuid"] in wanted or str(g["index"]) in wanted]
+    chosen: list[dict] = []
+    for item in wanted:
+        gpu = next((g for g in gpus if item in (g["uuid"], str(g["index"]))
+                    or item in [m.get("uuid") for m in g.get("mig_devices") or []]
+                    or (":" in item and item.split(":", 1)[0] == str(g["index"])
+                        and item.split(":", 1)[1].isdigit()
+                        and int(item.split(":", 1)[1]) < len(g.get("mig_devices") or []))), None)
+        if gpu is None:
+            raise CliFailed(f"nvidia-container-cli: device error: {item}: unknown device")
+        if gpu not in chosen:
+            chosen.append(gpu)
+    return [g for g in gpus if g in chosen]  # in the node's order, as NVML enumerates them in the container
 
 
 def start_time(pid: str) -> str | None:

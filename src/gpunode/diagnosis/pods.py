@@ -55,6 +55,18 @@ SIGNATURES: tuple[tuple[str, str, str, str], ...] = (
      "'nvidia-smi --query-gpu=index,compute_mode --format=csv' on {node} shows each GPU's mode; 'nvidia-smi -i N -c "
      "DEFAULT' sets a shared GPU back (or leave that GPU out of time-slicing); 'gpunode doctor --limit {node}' names "
      "the GPUs"),
+    # (the volume-mounts root passed as a device: NVIDIA's nvidia-container-toolkit issue 108)
+    ("device error: /var/run/nvidia-container-devices: unknown device", "volume-mounts-refused",
+     "the device plugin handed the GPUs as volume mounts and the NVIDIA hook on the node does not take devices from "
+     "mounts, so it passed the mount root to nvidia-container-cli as a device",
+     "nvidia-ctk config --in-place --config-file=/etc/nvidia-container-runtime/config.toml --set "
+     "accept-nvidia-visible-devices-as-volume-mounts=true on {node} (re-running deploys/toolkit.py with "
+     "plugin_device_list_strategy = volume-mounts does this)"),
+    ("unknown device", "device-unknown-to-driver",
+     "the container asked for a GPU the driver on the node does not have (an index past the last GPU, or a UUID "
+     "of another node's or a replaced GPU, in NVIDIA_VISIBLE_DEVICES)",
+     "'nvidia-smi -L' on {node} lists the GPUs it has: set NVIDIA_VISIBLE_DEVICES to one of them, or leave it to "
+     "the device plugin (ask for nvidia.com/gpu)"),
     ("unresolvable CDI devices", "cdi-spec-missing",
      "the runtime was asked for CDI devices that no CDI spec on the node defines",
      "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml on {node} (again after every driver change); "

@@ -5,7 +5,7 @@ a CDI spec where its mode is cdi)."""
 from __future__ import annotations
 
 from gpunode.diagnosis import Finding, Verdict, with_proof
-from gpunode.facts.toolkit import CDI_DIRS
+from gpunode.facts.toolkit import CDI_DIRS, VOLUME_MOUNTS_KEY
 from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings
 
 STEP = "toolkit"
@@ -70,6 +70,25 @@ def config_findings(state: dict) -> list[Finding]:
                          f"test -e {used[1:]}: no such file", f"ldconfig on this host: {', '.join(present) or 'none'}"],
                         fix, code="toolkit-ldconfig-missing")]
     return []
+
+
+VOLUME_MOUNTS_FIX = (f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set {VOLUME_MOUNTS_KEY}=true "
+                     "(re-running deploys/toolkit.py does this)")
+
+
+def volume_mount_findings(state: dict, settings: NodeSettings) -> list[Finding]:
+    """The device plugin's volume-mounts strategy needs the hook to take devices from mounts; off (the default),
+    the hook passes NVIDIA_VISIBLE_DEVICES as it is, the mount root, which is no device."""
+    config = state.get("config")
+    if settings.plugin_device_list_strategy != "volume-mounts" or (config or {}).get("volume_mounts"):
+        return []
+    said = (f"{TOOLKIT_CONFIG}: {VOLUME_MOUNTS_KEY} is not true (false by default)" if config else
+            f"{TOOLKIT_CONFIG}: absent ({VOLUME_MOUNTS_KEY} is false by default)")
+    return [Finding(STEP, Verdict.FINDING, "the device plugin hands GPUs as volume mounts (plugin_device_list_strategy "
+                    "volume-mounts) but the toolkit does not take devices from mounts: every GPU container fails "
+                    "with 'nvidia-container-cli: device error: /var/run/nvidia-container-devices: unknown device'",
+                    [said, "inventory: plugin_device_list_strategy = volume-mounts"], VOLUME_MOUNTS_FIX,
+                    code="toolkit-volume-mounts-refused")]
 
 
 def not_executable(state: dict) -> dict[str, str]:
@@ -188,7 +207,8 @@ def diagnose(state: dict, settings: NodeSettings) -> list[Finding]:
                                     f"{'dnf versionlock add' if rpm else 'apt-mark hold'} {' '.join(unheld)} "
                                     "(or re-run deploys/toolkit.py)"))
     if not wrong:  # what the installed toolkit needs from this host (a missing package is the finding above)
-        findings += config_findings(state) + program_findings(state) + cdi_findings(state, settings)
+        findings += (config_findings(state) + volume_mount_findings(state, settings) + program_findings(state)
+                     + cdi_findings(state, settings))
     source = "rpm -q" if rpm else "dpkg-query"
     held = "locked by dnf versionlock" if rpm else "held"
     evidence = [f"{source}: {name} {version}" + (f" ({held})" if name in state["held"] else " (not held)")

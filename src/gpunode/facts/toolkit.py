@@ -20,6 +20,7 @@ LDCONFIG_CANDIDATES = ("/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/sbin/ldcon
 TOOLKIT_PROGRAMS = ("/usr/bin/nvidia-container-runtime", "/usr/bin/nvidia-container-runtime-hook",
                     "/usr/bin/nvidia-ctk", "/usr/bin/nvidia-container-cli")
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+VOLUME_MOUNTS_KEY = "accept-nvidia-visible-devices-as-volume-mounts"
 CDI_MARK = "== cdi spec "  # starts each spec's text in the cdi section
 CDI_MAX_BYTES = 262144  # nvidia-ctk's spec for 8 GPUs with their libraries is about 20 KB
 # the configured ldconfig's host path: the value of `ldconfig = "@/path"` without its "@"
@@ -35,13 +36,15 @@ def parse_config(lines: list[str]) -> dict | None:
     try:
         config = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
-        return {"error": str(error), "ldconfig": None, "mode": None}
+        return {"error": str(error), "ldconfig": None, "mode": None, "volume_mounts": False}
     cli = config.get("nvidia-container-cli") or {}
     runtime = config.get("nvidia-container-runtime") or {}
     ldconfig = cli.get("ldconfig") if isinstance(cli, dict) else None
     mode = runtime.get("mode") if isinstance(runtime, dict) else None
     return {"error": None, "ldconfig": str(ldconfig) if ldconfig is not None else None,
-            "mode": str(mode) if mode is not None else None}
+            "mode": str(mode) if mode is not None else None,
+            # whether the hook takes devices from /dev/null mounts (the volume-mounts list strategy); off by default
+            "volume_mounts": config.get(VOLUME_MOUNTS_KEY) is True}
 
 def cdi_specs(lines: list[str]) -> dict[str, dict]:
     """Each CDI spec's device names for kind nvidia.com/gpu (``0``, ``GPU-<uuid>``, ``all``, MIG ones), or the

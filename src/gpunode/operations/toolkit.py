@@ -9,8 +9,14 @@ import shlex
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.diagnosis.toolkit import cdi_findings, config_findings, ldconfig_choice, not_executable
-from gpunode.facts.toolkit import ToolkitPackages
+from gpunode.diagnosis.toolkit import (
+    cdi_findings,
+    config_findings,
+    ldconfig_choice,
+    not_executable,
+    volume_mount_findings,
+)
+from gpunode.facts.toolkit import VOLUME_MOUNTS_KEY, ToolkitPackages
 from gpunode.operations import failing_command, step_fact
 from gpunode.operations.backup import backup_command
 from gpunode.operations.driver import NO_GPU, gpu_present
@@ -134,11 +140,12 @@ def cdi_generate_command(path: str) -> str:
 def usable(stamp: str, settings: NodeSettings | None = None):
     """
     Make the installed toolkit usable on this host as its packages leave it: a config.toml whose ldconfig does
-    not exist here (an Ubuntu config on Debian) or is not a host path gets the ldconfig nvidia-ctk picks for this
-    host (config backed up first); a toolkit program without an execute bit gets 0755; where CDI is used, a CDI
-    spec that is missing, does not parse or names other GPUs than nvidia-smi's is written again by ``nvidia-ctk
-    cdi generate`` (the old one backed up first). No restart: the runtime reads all three at every container's
-    creation.
+    not exist here or is not a host path gets the ldconfig nvidia-ctk picks for this host (config backed up
+    first); where the device plugin hands GPUs as volume mounts, the hook is told to take them
+    (accept-nvidia-visible-devices-as-volume-mounts, NVIDIA's own ``nvidia-ctk config --set``); a toolkit
+    program without an execute bit gets 0755; where CDI is used, a CDI spec that is missing, does not parse or
+    names other GPUs than nvidia-smi's is written again by ``nvidia-ctk cdi generate`` (the old one backed up
+    first). No restart: the runtime and its hook read all of them at every container's creation.
 
     + stamp: the run's backup folder name
     + settings: the host's settings (whether containerd or docker has CDI enabled)
@@ -157,6 +164,11 @@ def usable(stamp: str, settings: NodeSettings | None = None):
         else:
             yield failing_command(f"{finding.what}\n  evidence: {'; '.join(finding.evidence)}\n  fix: {finding.fix}")
             return
+    if volume_mount_findings(state, settings or NodeSettings()):
+        if not changed:  # backed up once per run: the ldconfig repair above did it
+            yield backup_command([TOOLKIT_CONFIG], stamp)
+        yield f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set {VOLUME_MOUNTS_KEY}=true"
+        changed = True
     stuck = not_executable(state)
     if stuck:
         yield f"chmod 0755 {' '.join(stuck)}"
