@@ -23,7 +23,7 @@ from lightkube import ApiError, Client, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Event, Pod
 
 from .conftest import block, gpunode
 from .fleet_ssh import ssh_ok
@@ -270,6 +270,40 @@ def test_two_pods_share_one_claim_and_a_restarted_driver_keeps_what_it_prepared(
     wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
              "every claim unprepared (the shared one by the new driver)")
     client.delete(ResourceClaim, "shared", namespace="default")
+
+
+def test_a_claim_the_scheduler_cannot_allocate_is_followed_by_doctor(dra: dict) -> None:
+    """Three GPUs held by one pod's claim, a second pod's claim asks for two: the scheduler says only "cannot
+    allocate all claims"; doctor --pod names the claim, what it asks, the node's devices and who holds them."""
+    client = api(dra)
+    client.apply(codecs.from_dict(template("three", 3)), field_manager="gpunode-test", force=True)
+    client.apply(codecs.from_dict(template("two", 2)), field_manager="gpunode-test", force=True)
+    client.create(codecs.from_dict(gpu_pod("three", [{"name": "gpus", "resourceClaimTemplateName": "three"}],
+                                           "nvidia-smi -L; sleep 600")))
+    try:
+        wait_for(lambda: client.get(Pod, "three", namespace="default").status.phase == "Running", 120, "three")
+        client.create(codecs.from_dict(gpu_pod("two", [{"name": "gpus", "resourceClaimTemplateName": "two"}],
+                                               "nvidia-smi -L")))
+        wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "two"})
+                          if e.reason == "FailedScheduling"], 60, "the scheduler's word on pod two")
+        result = gpunode("doctor", INVENTORY, "--pod", "default/two", "--json", env=dra["env"], check=False)
+        report = json.loads(result.stdout)
+        found = [p for p in report["problems"] if p["subject"] == "pod default/two"]
+        assert found and found[0]["code"] == "claim-unallocatable", report
+        evidence = "\n".join(found[0]["evidence"])
+        print(evidence)
+        assert "cannot allocate all claims" in evidence
+        assert f"requests gpus: 2 x {GPU_CLASS}, not allocated" in evidence
+        assert f"resourceslices of node01: 4 device(s) from {DRIVER}, 3 allocated" in evidence
+        assert "most free devices of one driver on one node: 1" in found[0]["what"]
+    finally:
+        for pod in ("three", "two"):
+            try:
+                client.delete(Pod, pod, namespace="default", grace_period=0)
+            except ApiError:
+                pass
+    wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
+             "every claim unprepared")
 
 
 def test_an_xid_takes_the_gpu_out_of_the_resource_slice(dra: dict) -> None:

@@ -25,7 +25,7 @@ from gpunode.cluster.manifests import RUNTIME_CLASS
 from gpunode.diagnosis import Finding, Verdict, pods
 from gpunode.diagnosis import workloads as workload_diagnosis
 from gpunode.errors import GpunodeError
-from gpunode.facts import workloads
+from gpunode.facts import claims, workloads
 from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import CORDON_REASON
 from gpunode.facts.workloads import KINDS as WORKLOAD_KINDS
@@ -248,17 +248,17 @@ def one_pod_findings(namespace: str, name: str, settings: ClusterSettings,
         nodes = list(client.list(Node))
         everyone = [(p.metadata.namespace, p.metadata.name, p.status.phase if p.status else "", p.spec.to_dict())
                     for p in client.list(Pod, namespace="*")]
-        return pod, events, log, nodes, everyone
+        return pod, events, log, nodes, everyone, claims.read(client, namespace, pod.to_dict())
 
     found = api_call(settings, f"read pod {namespace}/{name}", read)
     if found is None:
         raise GpunodeError(f'pods "{name}" not found in namespace {namespace}', "kubectl get pods -A lists them")
-    pod, events, log, nodes, everyone = found
+    pod, events, log, nodes, everyone, dra = found
     containers = container_views(pod)
     waiting = next((c for c in containers if c.state == "waiting"), None)
     view = pods.PodView(namespace, name, pod.status.phase or "", pod.spec.to_dict(), events, log,
                         waiting.reason if waiting else "", waiting.message if waiting else "",
-                        pod.status.reason or "", pod.status.message or "", containers)
+                        pod.status.reason or "", pod.status.message or "", containers, dra)
     node_views = [pods.NodeView(n.metadata.name, dict(n.metadata.labels or {}),
                                 int((n.status.allocatable or {}).get(pods.GPU, "0")),
                                 nvidia_default_of(n.metadata.name, verification),

@@ -71,6 +71,9 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("batch", "jobs", ("get",)),
         Rule("", "resourcequotas", ("list",)),
         Rule("", "limitranges", ("list",)),
+        # doctor --pod of a pod with ResourceClaims: every claim (who holds which device) and what nodes offer
+        Rule("resource.k8s.io", "resourceclaims", ("list",)),
+        Rule("resource.k8s.io", "resourceslices", ("list",)),
     ]
 
 

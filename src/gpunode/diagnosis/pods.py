@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from gpunode.diagnosis import Finding, Verdict, failures, proven
+from gpunode.facts.claims import DraView
 
 STEP = "pod"
 GPUS_STEP = "pod GPUs"  # the last link: the container saw the GPUs it was allocated
@@ -112,6 +113,7 @@ class PodView:
     reason: str = ""  # status.reason (UnexpectedAdmissionError, Evicted, ...)
     message: str = ""  # status.message
     containers: tuple[ContainerView, ...] = ()
+    dra: DraView | None = None  # its ResourceClaims and the devices around them, when it names any
 
 
 @dataclass(frozen=True)
@@ -223,6 +225,8 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                                         for n in cordoned],
                             "kubectl uncordon the node once its reason is dealt with, or re-run the deploy's roll "
                             "(it uncordons a node when the node checks out)", code="nodes-cordoned")]
+        if pod.dra is not None and ("cannot allocate all claims" in message or "resourceclaim" in message):
+            return [claim_finding(pod.dra, title, evidence)]
         reasons = scheduling_reasons(message)
         tainted = {n.name: untolerated(n, pod.spec) for n in matching or gpu_nodes}
         tainted = {name: taints for name, taints in tainted.items() if taints}
@@ -288,6 +292,36 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
     if failures(lifecycle) or not wanted:
         return lifecycle
     return lifecycle + [gpus_seen(pod, title, wanted)]
+
+
+def claim_finding(dra: DraView, title: str, evidence: list[str]) -> Finding:
+    """A pod the scheduler places nowhere because of its ResourceClaims: what each asks, what each node's
+    ResourceSlices offer and which claims hold those devices (the scheduler says only "cannot allocate")."""
+    lines = []
+    for claim in dra.claims:
+        if not claim.name:
+            lines.append(f"claim {claim.entry}: not created yet (its template's claim)")
+            continue
+        state = (f"allocated {', '.join(claim.allocated)}" if claim.allocated else "not allocated")
+        lines.append(f"resourceclaim {claim.name}: requests {'; '.join(claim.requests) or 'none'}, {state}")
+    free_most = 0
+    for node, drivers in sorted(dra.offered.items()):
+        for driver, devices in sorted(drivers.items()):
+            held = [f"{d} by {dra.held[f'{driver}/{d}']}" for d in devices if f"{driver}/{d}" in dra.held]
+            free_most = max(free_most, len(devices) - len(held))
+            lines.append(f"resourceslices of {node}: {len(devices)} device(s) from {driver}"
+                         + (f", {len(held)} allocated ({', '.join(held)})" if held else ", none allocated"))
+    if not dra.offered:
+        return Finding(STEP, Verdict.FINDING, f"{title} is Pending: no node publishes devices (no ResourceSlice), so "
+                       "none of its claims can be allocated", evidence + lines + ["kubectl get resourceslices: none"],
+                       "the DRA driver publishes each node's devices: check its pods on the GPU nodes (kubectl get "
+                       "pods -A -o wide | grep dra) and their logs; the kubelet's plugin registration names a driver "
+                       "that did not register", code="claim-no-devices")
+    return Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler cannot allocate its ResourceClaim(s) "
+                   f"on any node (most free devices of one driver on one node: {free_most})", evidence + lines,
+                   "ask for fewer devices or a device class the nodes offer, wait for or delete the claims holding "
+                   "them (above), or add nodes running the DRA driver; 'kubectl get resourceslices -o yaml' shows "
+                   "each device's attributes for the class's selectors", code="claim-unallocatable")
 
 
 def said(pod: PodView) -> list[tuple[str, str]]:

@@ -1,0 +1,94 @@
+"""Reading a pod's ResourceClaims (Dynamic Resource Allocation) and the devices around them, for ``doctor --pod``.
+
+A pod that asks for devices through claims (``spec.resourceClaims``: a claim by name, or one the control plane makes
+from a template, named in ``status.resourceClaimStatuses``) is scheduled only where every claim can be allocated.
+When it cannot, the scheduler says "cannot allocate all claims" and no more; what the SRE needs next is what each
+claim asks (device class, count), what the nodes offer (their ResourceSlices, per driver) and which claims hold
+those devices. Read with three calls: the pod's claims, every claim (the holders) and every slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+
+
+@dataclass(frozen=True)
+class ClaimView:
+    """One of the pod's claims as the API has it ("" as ``name`` when the claim was not created yet)."""
+
+    entry: str  # the pod's name for it (spec.resourceClaims[].name)
+    name: str
+    requests: tuple[str, ...] = ()  # "gpu: 2 x gpu.gpunode.io" (one per request, first choice of firstAvailable)
+    allocated: tuple[str, ...] = ()  # "driver/pool/device" of each allocated device
+    reserved_for: tuple[str, ...] = ()  # the pods it is reserved for
+
+
+@dataclass(frozen=True)
+class DraView:
+    """The pod's claims, what each node's ResourceSlices offer (node -> driver -> devices) and who holds what."""
+
+    claims: tuple[ClaimView, ...]
+    offered: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # node -> driver -> "pool/device"
+    held: dict[str, str] = field(default_factory=dict)  # "driver/pool/device" -> "namespace/claim"
+
+
+def pod_claim_names(pod: dict) -> list[tuple[str, str]]:
+    """(entry, claim name) for each claim the pod spec names; a template's claim by the name its status gives."""
+    made = {s.get("name"): s.get("resourceClaimName") or "" for s in
+            ((pod.get("status") or {}).get("resourceClaimStatuses") or [])}
+    names = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        names.append((entry.get("name", ""), entry.get("resourceClaimName") or made.get(entry.get("name"), "")))
+    return names
+
+
+def request_lines(claim: dict) -> tuple[str, ...]:
+    lines = []
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        exactly = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
+        mode = exactly.get("allocationMode") or "ExactCount"
+        count = "all" if mode == "All" else str(exactly.get("count") or 1)
+        lines.append(f"{request.get('name', '?')}: {count} x {exactly.get('deviceClassName', '?')}"
+                     + (f" ({len(exactly['selectors'])} selector(s))" if exactly.get("selectors") else ""))
+    return tuple(lines)
+
+
+def allocated_devices(claim: dict) -> tuple[str, ...]:
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
+    return tuple(f"{r.get('driver')}/{r.get('pool')}/{r.get('device')}" for r in results)
+
+
+def claim_view(entry: str, claim: dict | None, name: str) -> ClaimView:
+    if claim is None:
+        return ClaimView(entry, name)
+    reserved = tuple(r.get("name", "?") for r in ((claim.get("status") or {}).get("reservedFor") or []))
+    return ClaimView(entry, name, request_lines(claim), allocated_devices(claim), reserved)
+
+
+def offered_devices(slices: list[dict]) -> dict[str, dict[str, list[str]]]:
+    offered: dict[str, dict[str, list[str]]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName") or ("all nodes" if spec.get("allNodes") else "some nodes")
+        pool = (spec.get("pool") or {}).get("name", "?")
+        devices = offered.setdefault(node, {}).setdefault(spec.get("driver", "?"), [])
+        devices += [f"{pool}/{d.get('name')}" for d in spec.get("devices") or []]
+    return offered
+
+
+def read(client: Any, namespace: str, pod: dict) -> DraView | None:
+    """The pod's claims and the devices around them; None for a pod that names no claim."""
+    names = pod_claim_names(pod)
+    if not names:
+        return None
+    everyone = [c.to_dict() for c in client.list(ResourceClaim, namespace="*")]
+    by_name = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in everyone}
+    claims = tuple(claim_view(entry, by_name.get((namespace, name)) if name else None, name)
+                   for entry, name in names)
+    held = {device: f"{c['metadata']['namespace']}/{c['metadata']['name']}"
+            for c in everyone for device in allocated_devices(c)}
+    slices = [s.to_dict() for s in client.list(ResourceSlice)]
+    return DraView(claims, offered_devices(slices), held)

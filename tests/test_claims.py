@@ -1,0 +1,62 @@
+"""doctor --pod follows a pod's ResourceClaims: the claims it names (by name or made from a template), what they
+ask, what each node's ResourceSlices offer and who holds those devices; judged when the scheduler cannot allocate."""
+
+from __future__ import annotations
+
+from gpunode.diagnosis.pods import PodView, diagnose
+from gpunode.facts.claims import DraView, allocated_devices, claim_view, offered_devices, pod_claim_names
+
+DRIVER = "gpu.gpunode.io"
+# the scheduler's message as it assembles one from the dynamicresources plugin's reason (k8s.io/kubernetes v1.37.2,
+# pkg/scheduler/framework/plugins/dynamicresources: "cannot allocate all claims")
+CANNOT = "0/1 nodes are available: 1 cannot allocate all claims. preemption: 0/1 nodes are available: 1 Preemption " \
+         "is not helpful for scheduling."
+POD = {"spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "two"},
+                                   {"name": "shared", "resourceClaimName": "team-gpu"}]},
+       "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "two-gpus-x7k2p"}]}}
+
+
+def claim(name: str, count: int, devices: list[str]) -> dict:
+    return {"metadata": {"namespace": "ml", "name": name},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": count}}]}},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": DRIVER, "pool": "node01", "device": d} for d in devices]}}}
+            if devices else {}}
+
+
+def test_the_pods_claims_are_found_by_name_and_from_its_templates() -> None:
+    assert pod_claim_names(POD) == [("gpus", "two-gpus-x7k2p"), ("shared", "team-gpu")]
+    fresh = {"spec": POD["spec"], "status": {}}  # the template's claim not made yet
+    assert pod_claim_names(fresh) == [("gpus", ""), ("shared", "team-gpu")]
+    assert pod_claim_names({"spec": {}}) == []
+
+
+def test_a_claim_says_what_it_asks_and_what_it_holds() -> None:
+    held = claim("three", 3, ["gpu-0", "gpu-1", "gpu-2"])
+    view = claim_view("gpus", held, "three")
+    assert view.requests == (f"gpus: 3 x {DRIVER}",)
+    assert view.allocated == allocated_devices(held) == tuple(f"{DRIVER}/node01/gpu-{n}" for n in range(3))
+    assert claim_view("gpus", None, "").requests == ()
+
+
+def test_a_claim_the_scheduler_cannot_allocate_names_the_devices_and_their_holders() -> None:
+    slices = [{"spec": {"driver": DRIVER, "nodeName": "node01", "pool": {"name": "node01"},
+                        "devices": [{"name": f"gpu-{n}"} for n in range(4)]}}]
+    dra = DraView((claim_view("gpus", claim("two", 2, []), "two-gpus-x7k2p"),), offered_devices(slices),
+                  {f"{DRIVER}/node01/gpu-{n}": "ml/three" for n in range(3)})
+    view = PodView("ml", "p", "Pending", {"containers": [{"name": "c"}]}, [("FailedScheduling", CANNOT)], dra=dra)
+    [finding] = diagnose(view, [], [])
+    assert finding.code == "claim-unallocatable"
+    assert "(most free devices of one driver on one node: 1)" in finding.what
+    assert f"resourceclaim two-gpus-x7k2p: requests gpus: 2 x {DRIVER}, not allocated" in finding.evidence
+    assert (f"resourceslices of node01: 4 device(s) from {DRIVER}, 3 allocated (node01/gpu-0 by ml/three, "
+            "node01/gpu-1 by ml/three, node01/gpu-2 by ml/three)") in finding.evidence
+    assert finding.evidence[0] == f"event FailedScheduling: {CANNOT}"
+
+
+def test_no_resource_slice_anywhere_is_the_drivers_absence() -> None:
+    dra = DraView((claim_view("gpus", claim("two", 2, []), "two"),))
+    view = PodView("ml", "p", "Pending", {"containers": [{"name": "c"}]}, [("FailedScheduling", CANNOT)], dra=dra)
+    [finding] = diagnose(view, [], [])
+    assert finding.code == "claim-no-devices" and "kubectl get resourceslices: none" in finding.evidence
