@@ -313,7 +313,8 @@ def claim_finding(dra: DraView, title: str, evidence: list[str]) -> Finding:
                          + (f", {len(held)} allocated ({', '.join(held)})" if held else ", none allocated"))
     if not dra.offered:
         return Finding(STEP, Verdict.FINDING, f"{title} is Pending: no node publishes devices (no ResourceSlice), so "
-                       "none of its claims can be allocated", evidence + lines + ["kubectl get resourceslices: none"],
+                       "none of its claims can be allocated", evidence + lines
+                       + [f"kubectl get resourceslices: {', '.join(dra.offered) or 'none'}"],
                        "the DRA driver publishes each node's devices: check its pods on the GPU nodes (kubectl get "
                        "pods -A -o wide | grep dra) and their logs; the kubelet's plugin registration names a driver "
                        "that did not register", code="claim-no-devices")

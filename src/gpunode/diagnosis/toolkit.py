@@ -87,7 +87,8 @@ def volume_mount_findings(state: dict, settings: NodeSettings) -> list[Finding]:
     return [Finding(STEP, Verdict.FINDING, "the device plugin hands GPUs as volume mounts (plugin_device_list_strategy "
                     "volume-mounts) but the toolkit does not take devices from mounts: every GPU container fails "
                     "with 'nvidia-container-cli: device error: /var/run/nvidia-container-devices: unknown device'",
-                    [said, "inventory: plugin_device_list_strategy = volume-mounts"], VOLUME_MOUNTS_FIX,
+                    [said, f"inventory: plugin_device_list_strategy = {settings.plugin_device_list_strategy}"],
+                    VOLUME_MOUNTS_FIX,
                     code="toolkit-volume-mounts-refused")]
 
 
