@@ -60,3 +60,19 @@ def test_no_resource_slice_anywhere_is_the_drivers_absence() -> None:
     view = PodView("ml", "p", "Pending", {"containers": [{"name": "c"}]}, [("FailedScheduling", CANNOT)], dra=dra)
     [finding] = diagnose(view, [], [])
     assert finding.code == "claim-no-devices" and "kubectl get resourceslices: none" in finding.evidence
+
+
+def test_a_node_offered_by_a_device_plugin_and_a_dra_driver_is_offered_twice() -> None:
+    from gpunode.diagnosis.device_plugin import offered_twice
+    from gpunode.facts.labels import NodeLabelsState
+
+    node = NodeLabelsState("node01", exists=True, allocatable={"nvidia.com/gpu": "4"})
+    drivers = offered_devices([{"spec": {"driver": DRIVER, "nodeName": "node01", "pool": {"name": "node01"},
+                                         "devices": [{"name": f"gpu-{n}"} for n in range(4)]}}])["node01"]
+    finding = offered_twice(node, "nvidia.com/gpu", drivers)
+    assert finding is not None and finding.code == "offered-twice"
+    assert finding.evidence == ["kubectl get node node01: allocatable nvidia.com/gpu=4",
+                                f"kubectl get resourceslices (node node01): 4 device(s) from {DRIVER}"]
+    assert offered_twice(node, "nvidia.com/gpu", {}) is None  # the device plugin alone
+    alone = NodeLabelsState("node01", exists=True, allocatable={"nvidia.com/gpu": "0"})
+    assert offered_twice(alone, "nvidia.com/gpu", drivers) is None  # DRA alone: the plugin is off the node

@@ -362,3 +362,22 @@ def test_a_pod_asking_nvidia_com_gpu_is_served_through_dra_where_the_class_maps_
             client.delete(Pod, "unchanged", namespace="default", grace_period=0)
     finally:
         client.apply(codecs.from_dict(device_classes()[0]), field_manager="gpunode-test", force=True)
+
+
+def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dict) -> None:
+    """The deploy rolls the device plugin back onto the DRA node (as a deploy that does not know the node moved
+    would): the node's GPUs are then offered twice, and doctor names it at the device_plugin link."""
+    client = api(dra)
+    deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
+                       "plugin_device_list_strategy=volume-mounts", env=dra["env"], check=False, timeout=900)
+    try:
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
+        result = gpunode("doctor", INVENTORY, "--json", env=dra["env"], check=False)
+        report = json.loads(result.stdout)
+        found = [p for p in report["problems"] if p["subject"] == "node01"]
+        assert found and (found[0]["link"], found[0]["code"]) == ("device_plugin", "offered-twice"), report
+        # 3 or 4 devices: the Xid test above took one out of the slice (a new plugin hears only later Xids)
+        assert [e for e in found[0]["evidence"] if e.startswith("kubectl get resourceslices (node node01): ")
+                and e.endswith(f"device(s) from {DRIVER}")], found[0]
+    finally:
+        client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)

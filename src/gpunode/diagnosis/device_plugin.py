@@ -217,6 +217,23 @@ def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, 
     return [replace(f, evidence=[*f.evidence, *lines]) if f.state is Verdict.FINDING else f for f in findings]
 
 
+def offered_twice(node: NodeLabelsState, resource: str, drivers: dict[str, list[str]]) -> Finding | None:
+    """A node whose GPUs a device plugin offers (its allocatable) and a DRA driver publishes too (its slices):
+    the scheduler counts them apart, so one GPU can go to a device-plugin pod and to a claim at once."""
+    have = allocatable_of(node, resource)
+    if not have or not drivers:
+        return None
+    return Finding(STEP, Verdict.FINDING, f"{node.name} offers its GPUs twice: {have} {resource} from a device plugin "
+                   f"and {sum(map(len, drivers.values()))} device(s) in ResourceSlices from "
+                   f"{', '.join(sorted(drivers))}; the scheduler can give one GPU to a pod and to a claim at once",
+                   [f"kubectl get node {node.name}: allocatable {resource}={have}"]
+                   + [f"kubectl get resourceslices (node {node.name}): {len(devices)} device(s) from {driver}"
+                      for driver, devices in sorted(drivers.items())],
+                   "one allocation method per node: drain it, then take the device plugin off it (remove its "
+                   f"{PLUGIN_LABEL} label) or the DRA driver's pod (its DaemonSet's node selector), and uncordon",
+                   code="offered-twice")
+
+
 def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, offer: Offer,
              namespace: str) -> list[Finding]:
     """Why ``node`` does not offer what ``offer`` says to new pods, first cause first; else the proof that it does

@@ -4,7 +4,9 @@ A pod that asks for devices through claims (``spec.resourceClaims``: a claim by 
 from a template, named in ``status.resourceClaimStatuses``) is scheduled only where every claim can be allocated.
 When it cannot, the scheduler says "cannot allocate all claims" and no more; what the SRE needs next is what each
 claim asks (device class, count), what the nodes offer (their ResourceSlices, per driver) and which claims hold
-those devices. Read with three calls: the pod's claims, every claim (the holders) and every slice.
+those devices. Read with three calls: the pod's claims, every claim (the holders) and every slice. The slices
+alone also tell verify which nodes a DRA driver offers (a node offered by it and by a device plugin too is offered
+twice).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+
+from gpunode.cluster.client import ClusterSettings, api_call
+from gpunode.errors import GpunodeError
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,13 @@ def read(client: Any, namespace: str, pod: dict) -> DraView | None:
             for c in everyone for device in allocated_devices(c)}
     slices = [s.to_dict() for s in client.list(ResourceSlice)]
     return DraView(claims, offered_devices(slices), held)
+
+
+def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
+    """What every node's ResourceSlices offer (node -> driver -> devices), in one list call; empty where the
+    cluster has no DRA API or it cannot be read (it only adds a finding where a node is offered twice)."""
+    try:
+        return offered_devices(api_call(settings, "list the ResourceSlices",
+                                        lambda client: [s.to_dict() for s in client.list(ResourceSlice)]))
+    except GpunodeError:
+        return {}

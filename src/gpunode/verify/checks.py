@@ -13,6 +13,7 @@ from gpunode.cluster.labels import PLUGIN_LABEL, gpu_labels
 from gpunode.cluster.plugin_config import expected_offer
 from gpunode.diagnosis import Finding, Verdict, device_plugin, failures, labels
 from gpunode.errors import GpunodeError
+from gpunode.facts.claims import read_offered
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
 from gpunode.facts.device_plugin import (
     PluginPodState,
@@ -91,6 +92,7 @@ class ClusterView:
         self.plugin_pods: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.foreign_lists: dict[tuple[str, str], list[ForeignDaemonSet]] = {}
         self.warnings: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
+        self.slices: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
         self.lock = threading.Lock()  # hosts are judged in parallel: each list is read once
 
     def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
@@ -115,6 +117,14 @@ class ClusterView:
             if key not in self.foreign_lists:
                 self.foreign_lists[key] = read_foreign(settings)
             return self.foreign_lists[key]
+
+    def offered(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
+        """Each node's ResourceSlice devices per DRA driver, from one list per verification."""
+        key = (str(settings.kubeconfig_path), settings.kube_context)
+        with self.lock:
+            if key not in self.slices:
+                self.slices[key] = read_offered(settings)
+            return self.slices[key]
 
     def node_warnings(self, settings: ClusterSettings, name: str) -> tuple[str, ...]:
         """The node's recent Warning events, from one list per verification, read only once a link fails."""
@@ -177,6 +187,9 @@ class ClusterView:
             if registrar is not None:
                 findings = [device_plugin.two_registrars(name, registrar.reference, registrar.pods[name], namespace),
                             *findings]
+            twice = device_plugin.offered_twice(node, offer.resource, self.offered(settings).get(name, {}))
+            if twice is not None:
+                findings = [twice, *findings]
             clash = device_plugin.exclusive_time_slicing(name, (facts.get("driver") or {}).get("health") or [],
                                                          manifests.plugin_config)
             if clash is not None:
