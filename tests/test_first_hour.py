@@ -115,7 +115,7 @@ def test_a_verification_that_writes_no_results_says_so(inventory: Path, monkeypa
     from gpunode.verify import run
 
     monkeypatch.setattr(run, "load_inventory", lambda *args: None)  # in-process pyinfra state is the suites' own
-    monkeypatch.setattr(pytest, "main", lambda args: pytest.ExitCode.INTERNAL_ERROR)
+    monkeypatch.setattr(pytest, "main", lambda args, plugins=(): pytest.ExitCode.INTERNAL_ERROR)
     with pytest.raises(GpunodeError) as caught:  # the suites run under pytest for a JUnit report
         run.verify(str(inventory), [], str(inventory.parent / "verify.xml"), None, None)
     assert caught.value.problem == ("the verification did not finish: its test run exited 3 (INTERNAL_ERROR) and "

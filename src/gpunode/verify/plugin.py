@@ -20,7 +20,7 @@ from gpunode.diagnosis import Verdict
 from gpunode.errors import GpunodeError
 from gpunode.verify.engine import Verification, results_as_json
 from gpunode.verify.in_cluster import InClusterVerification
-from gpunode.verify.targets import load_inventory, parse_data
+from gpunode.verify.targets import Target, load_inventory, parse_data
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -46,13 +46,24 @@ def gpunode_verification(request: pytest.FixtureRequest) -> Verification:
 VERIFICATION_KEY = pytest.StashKey[Verification]()
 
 
+class PreloadedTargets:
+    """The inventory's hosts as ``gpunode verify`` already loaded them, handed to ``pytest.main`` as a plugin
+    object: the inventory is read once per verify, not again here."""
+
+    def __init__(self, targets: list[Target]) -> None:
+        self.targets = targets
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     inventory = session.config.getoption("gpunode_inventory", default=None)
     if not inventory:
         return
+    preloaded = next((p for p in session.config.pluginmanager.get_plugins() if isinstance(p, PreloadedTargets)),
+                     None)
     try:
-        targets = load_inventory(inventory, session.config.getoption("gpunode_limit") or None,
-                                 parse_data(session.config.getoption("gpunode_data")))
+        targets = preloaded.targets if preloaded is not None else load_inventory(
+            inventory, session.config.getoption("gpunode_limit") or None,
+            parse_data(session.config.getoption("gpunode_data")))
     except GpunodeError as error:
         raise pytest.UsageError(str(error)) from error
     kind = InClusterVerification if session.config.getoption("gpunode_in_cluster") else Verification

@@ -35,7 +35,10 @@ def judged_under_pytest(inventory: str, limit: list[str], data: list[str], in_cl
     """The same results, with every host and step a pytest test case in the JUnit report ``junit_xml``."""
     import pytest
 
-    load_inventory(inventory, limit or None, parse_data(data))  # typos and empty --limit fail here, not in pytest
+    from gpunode.verify.plugin import PreloadedTargets
+
+    # read once: typos and an empty --limit fail here, not in pytest, and the plugin takes these hosts
+    targets = load_inventory(inventory, limit or None, parse_data(data))
     with tempfile.TemporaryDirectory(prefix="gpunode-verify-") as tmp:
         results_file = Path(tmp) / "results.json"
         # no plugin of the environment's but ours: another project's pytest plugin cannot change the verdicts
@@ -50,7 +53,7 @@ def judged_under_pytest(inventory: str, limit: list[str], data: list[str], in_cl
         if in_cluster:
             args.append("--in-cluster")
         args += ["-p", "no:terminal"]
-        code = pytest.main(args)
+        code = pytest.main(args, plugins=[PreloadedTargets(targets)])
         if not results_file.exists():  # the checks did not run to their end: never an empty, silent failure
             try:
                 meaning = pytest.ExitCode(int(code)).name
