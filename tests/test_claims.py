@@ -74,5 +74,6 @@ def test_a_node_offered_by_a_device_plugin_and_a_dra_driver_is_offered_twice() -
     assert finding.evidence == ["kubectl get node node01: allocatable nvidia.com/gpu=4",
                                 f"kubectl get resourceslices (node node01): 4 device(s) from {DRIVER}"]
     assert offered_twice(node, "nvidia.com/gpu", {}) is None  # the device plugin alone
+    assert offered_twice(node, "nvidia.com/gpu", {"sriov.example.com": ["pool/nic-0"]}) is None  # a NIC's driver
     alone = NodeLabelsState("node01", exists=True, allocatable={"nvidia.com/gpu": "0"})
     assert offered_twice(alone, "nvidia.com/gpu", drivers) is None  # DRA alone: the plugin is off the node

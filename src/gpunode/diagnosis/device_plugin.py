@@ -217,10 +217,16 @@ def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, 
     return [replace(f, evidence=[*f.evidence, *lines]) if f.state is Verdict.FINDING else f for f in findings]
 
 
-def offered_twice(node: NodeLabelsState, resource: str, drivers: dict[str, list[str]]) -> Finding | None:
-    """A node whose GPUs a device plugin offers (its allocatable) and a DRA driver publishes too (its slices):
+# the DRA drivers that publish NVIDIA GPUs: gpunode's, and NVIDIA's k8s-dra-driver-gpu (a NIC's or another
+# vendor's driver on the same node offers other devices, not these GPUs)
+GPU_DRA_DRIVERS = ("gpu.gpunode.io", "gpu.nvidia.com")
+
+
+def offered_twice(node: NodeLabelsState, resource: str, offered: dict[str, list[str]]) -> Finding | None:
+    """A node whose GPUs a device plugin offers (its allocatable) and a GPU DRA driver publishes too (its slices):
     the scheduler counts them apart, so one GPU can go to a device-plugin pod and to a claim at once."""
     have = allocatable_of(node, resource)
+    drivers = {driver: devices for driver, devices in offered.items() if driver in GPU_DRA_DRIVERS and devices}
     if not have or not drivers:
         return None
     return Finding(STEP, Verdict.FINDING, f"{node.name} offers its GPUs twice: {have} {resource} from a device plugin "
