@@ -167,7 +167,15 @@ VOLUME_MOUNTS = HOOK + "nvidia-container-cli: device error: /var/run/nvidia-cont
 UNKNOWN_INDEX = HOOK + "nvidia-container-cli: device error: 2: unknown device: unknown"
 
 
+# the 1.35 kubelet's event for a claim whose driver is gone (pkg/kubelet/kuberuntime and pkg/kubelet/cm/dra)
+NOT_PREPARED = ("Failed to prepare dynamic resources: prepare dynamic resources: DRA driver gpu.gpunode.io is not "
+                "registered")
+
+
 @pytest.mark.parametrize(("view", "code", "phrase"), [
+    (pod(phase="Pending", containers=(ContainerView("c", "waiting", "ContainerCreating", "", None),),
+         events=[("FailedPrepareDynamicResources", NOT_PREPARED)]), "claim-prepare-failed",
+     "event FailedPrepareDynamicResources: Failed to prepare dynamic resources"),
     (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", VOLUME_MOUNTS, 128),)),
      "volume-mounts-refused", "device error: /var/run/nvidia-container-devices: unknown device"),
     (pod(phase="Failed", containers=(ContainerView("c", "terminated", "StartError", UNKNOWN_INDEX, 128),)),

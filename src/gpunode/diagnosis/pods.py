@@ -68,6 +68,14 @@ SIGNATURES: tuple[tuple[str, str, str, str], ...] = (
      "of another node's or a replaced GPU, in NVIDIA_VISIBLE_DEVICES)",
      "'nvidia-smi -L' on {node} lists the GPUs it has: set NVIDIA_VISIBLE_DEVICES to one of them, or leave it to "
      "the device plugin (ask for nvidia.com/gpu)"),
+    # the kubelet's event when a claim's DRA driver cannot prepare it (k8s.io/kubernetes v1.35.4,
+    # pkg/kubelet/kuberuntime: FailedPrepareDynamicResources), the driver's words or "DRA driver X is not registered"
+    ("Failed to prepare dynamic resources", "claim-prepare-failed",
+     "the kubelet could not have the DRA driver prepare the pod's ResourceClaims (the driver's own words, or that no "
+     "driver of that name is registered with the kubelet there)",
+     "the DRA driver's pod on {node}: 'kubectl get pods -A -o wide --field-selector spec.nodeName={node}' shows it "
+     "(not registered: it is not running there, or cannot reach the kubelet's plugins_registry folder); its log "
+     "says why a prepare failed"),
     ("unresolvable CDI devices", "cdi-spec-missing",
      "the runtime was asked for CDI devices that no CDI spec on the node defines",
      "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml on {node} (again after every driver change); "
