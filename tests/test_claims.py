@@ -77,3 +77,19 @@ def test_a_node_offered_by_a_device_plugin_and_a_dra_driver_is_offered_twice() -
     assert offered_twice(node, "nvidia.com/gpu", {"sriov.example.com": ["pool/nic-0"]}) is None  # a NIC's driver
     alone = NodeLabelsState("node01", exists=True, allocatable={"nvidia.com/gpu": "0"})
     assert offered_twice(alone, "nvidia.com/gpu", drivers) is None  # DRA alone: the plugin is off the node
+
+
+def test_free_devices_the_scheduler_does_not_allocate_point_at_the_selectors() -> None:
+    """Enough devices free, none allocated: the class's (or the request's) selectors match none of them."""
+    slices = [{"spec": {"driver": DRIVER, "nodeName": "node01", "pool": {"name": "node01"},
+                        "devices": [{"name": f"gpu-{n}"} for n in range(4)]}}]
+    wrong = "device.driver == 'gpu.gpunode.io' && device.attributes['gpu.gpunode.io'].productName == 'NVIDIA B300'"
+    asked = claim("b300", 1, [])
+    asked["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "b300"
+    dra = DraView((claim_view("gpus", asked, "b300-gpus-k2"),), offered_devices(slices), {},
+                  {"b300": (wrong,)})
+    view = PodView("ml", "p", "Pending", {"containers": [{"name": "c"}]}, [("FailedScheduling", CANNOT)], dra=dra)
+    [finding] = diagnose(view, [], [])
+    assert finding.code == "claim-selector-matches-none"
+    assert "enough devices are free (4 on one node, it asks for 1 per request)" in finding.what
+    assert f"deviceclass b300: selector {wrong}" in finding.evidence

@@ -37,6 +37,7 @@ ResourceSlice = create_global_resource("resource.k8s.io", "v1", "ResourceSlice",
 ResourceClaim = create_namespaced_resource("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims")
 ResourceClaimTemplate = create_namespaced_resource("resource.k8s.io", "v1", "ResourceClaimTemplate",
                                                    "resourceclaimtemplates")
+DeviceClass = create_global_resource("resource.k8s.io", "v1", "DeviceClass", "deviceclasses")
 
 
 def wait_for(check: Callable[[], object], timeout: float, what: str, every: float = 1.0) -> object:
@@ -304,6 +305,33 @@ def test_a_claim_the_scheduler_cannot_allocate_is_followed_by_doctor(dra: dict) 
                 pass
     wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
              "every claim unprepared")
+
+
+def test_a_device_class_whose_selector_matches_no_device_is_named(dra: dict) -> None:
+    """A class for a model the node has not got: every GPU is free, the scheduler still allocates none and says
+    "cannot allocate all claims"; doctor --pod says the selectors match no device and quotes them."""
+    client = api(dra)
+    wrong = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].productName == 'NVIDIA B300'"
+    client.apply(codecs.from_dict({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                                   "metadata": {"name": "b300-test"},
+                                   "spec": {"selectors": [{"cel": {"expression": wrong}}]}}),
+                 field_manager="gpunode-test", force=True)
+    claim_template = template("b300", 1)
+    claim_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "b300-test"
+    client.apply(codecs.from_dict(claim_template), field_manager="gpunode-test", force=True)
+    client.create(codecs.from_dict(gpu_pod("b300", [{"name": "gpus", "resourceClaimTemplateName": "b300"}],
+                                           "nvidia-smi -L")))
+    try:
+        wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "b300"})
+                          if e.reason == "FailedScheduling"], 60, "the scheduler's word on pod b300")
+        result = gpunode("doctor", INVENTORY, "--pod", "default/b300", "--json", env=dra["env"], check=False)
+        report = json.loads(result.stdout)
+        found = [p for p in report["problems"] if p["subject"] == "pod default/b300"]
+        assert found and found[0]["code"] == "claim-selector-matches-none", report
+        assert f"deviceclass b300-test: selector {wrong}" in found[0]["evidence"], found[0]
+    finally:
+        client.delete(Pod, "b300", namespace="default", grace_period=0)
+        client.delete(DeviceClass, "b300-test")
 
 
 def test_an_xid_takes_the_gpu_out_of_the_resource_slice(dra: dict) -> None:

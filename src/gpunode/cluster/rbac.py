@@ -74,6 +74,7 @@ def cluster_rules(namespace: str) -> list[Rule]:
         # doctor --pod of a pod with ResourceClaims: every claim (who holds which device) and what nodes offer
         Rule("resource.k8s.io", "resourceclaims", ("list",)),
         Rule("resource.k8s.io", "resourceslices", ("list",)),
+        Rule("resource.k8s.io", "deviceclasses", ("list",)),
     ]
 
 

@@ -326,6 +326,19 @@ def claim_finding(dra: DraView, title: str, evidence: list[str]) -> Finding:
                        "the DRA driver publishes each node's devices: check its pods on the GPU nodes (kubectl get "
                        "pods -A -o wide | grep dra) and their logs; the kubelet's plugin registration names a driver "
                        "that did not register", code="claim-no-devices")
+    waiting = [claim for claim in dra.claims if claim.name and not claim.allocated]
+    counts = [count for claim in waiting for _, count in claim.asks]
+    if waiting and counts and None not in counts and max(counts) <= free_most:
+        selectors = [f"deviceclass {name}: selector {expression}" for name in sorted({c for claim in waiting
+                     for c, _ in claim.asks}) for expression in dra.classes.get(name, ())]
+        selectors += [f"resourceclaim {claim.name}: selector {expression}" for claim in waiting
+                      for expression in claim.selectors]
+        return Finding(STEP, Verdict.FINDING, f"{title} is Pending: enough devices are free ({free_most} on one node, "
+                       f"it asks for {max(counts)} per request) but the scheduler allocates none: the selectors of "
+                       "its DeviceClass or request match none of them", evidence + lines + selectors,
+                       "compare the selectors above with the devices' attributes ('kubectl get resourceslices -o "
+                       "yaml'): a class for another driver or model, or a misspelt attribute, matches nothing",
+                       code="claim-selector-matches-none")
     return Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler cannot allocate its ResourceClaim(s) "
                    f"on any node (most free devices of one driver on one node: {free_most})", evidence + lines,
                    "ask for fewer devices or a device class the nodes offer, wait for or delete the claims holding "

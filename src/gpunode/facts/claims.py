@@ -4,7 +4,8 @@ A pod that asks for devices through claims (``spec.resourceClaims``: a claim by 
 from a template, named in ``status.resourceClaimStatuses``) is scheduled only where every claim can be allocated.
 When it cannot, the scheduler says "cannot allocate all claims" and no more; what the SRE needs next is what each
 claim asks (device class, count), what the nodes offer (their ResourceSlices, per driver) and which claims hold
-those devices. Read with three calls: the pod's claims, every claim (the holders) and every slice. The slices
+those devices, and the selectors of the classes they name. Read with three lists (every claim, slice and
+DeviceClass). The slices
 alone also tell verify which nodes a DRA driver offers (a node offered by it and by a device plugin too is offered
 twice).
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from gpunode.cluster.client import ClusterSettings, api_call
 from gpunode.errors import GpunodeError
@@ -29,6 +30,8 @@ class ClaimView:
     requests: tuple[str, ...] = ()  # "gpu: 2 x gpu.gpunode.io" (one per request, first choice of firstAvailable)
     allocated: tuple[str, ...] = ()  # "driver/pool/device" of each allocated device
     reserved_for: tuple[str, ...] = ()  # the pods it is reserved for
+    asks: tuple[tuple[str, int | None], ...] = ()  # (device class, count; None for allocationMode All)
+    selectors: tuple[str, ...] = ()  # the requests' own CEL expressions
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class DraView:
     claims: tuple[ClaimView, ...]
     offered: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # node -> driver -> "pool/device"
     held: dict[str, str] = field(default_factory=dict)  # "driver/pool/device" -> "namespace/claim"
+    classes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # DeviceClass -> its CEL selectors
 
 
 def pod_claim_names(pod: dict) -> list[tuple[str, str]]:
@@ -50,14 +54,26 @@ def pod_claim_names(pod: dict) -> list[tuple[str, str]]:
     return names
 
 
+def asked(claim: dict) -> list[tuple[str, dict]]:
+    """Each request's name and what it asks (``exactly``, or the first choice of ``firstAvailable``)."""
+    return [(request.get("name", "?"), request.get("exactly") or next(iter(request.get("firstAvailable") or []), {}))
+            for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []]
+
+
+def count_of(ask: dict) -> int | None:
+    return None if (ask.get("allocationMode") or "ExactCount") == "All" else int(ask.get("count") or 1)
+
+
+def cel_of(selectors: list[dict] | None) -> tuple[str, ...]:
+    return tuple(s["cel"]["expression"] for s in selectors or [] if (s.get("cel") or {}).get("expression"))
+
+
 def request_lines(claim: dict) -> tuple[str, ...]:
     lines = []
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-        exactly = request.get("exactly") or next(iter(request.get("firstAvailable") or []), {})
-        mode = exactly.get("allocationMode") or "ExactCount"
-        count = "all" if mode == "All" else str(exactly.get("count") or 1)
-        lines.append(f"{request.get('name', '?')}: {count} x {exactly.get('deviceClassName', '?')}"
-                     + (f" ({len(exactly['selectors'])} selector(s))" if exactly.get("selectors") else ""))
+    for name, ask in asked(claim):
+        count = count_of(ask)
+        lines.append(f"{name}: {'all' if count is None else count} x {ask.get('deviceClassName', '?')}"
+                     + (f" ({len(ask['selectors'])} selector(s))" if ask.get("selectors") else ""))
     return tuple(lines)
 
 
@@ -70,7 +86,9 @@ def claim_view(entry: str, claim: dict | None, name: str) -> ClaimView:
     if claim is None:
         return ClaimView(entry, name)
     reserved = tuple(r.get("name", "?") for r in ((claim.get("status") or {}).get("reservedFor") or []))
-    return ClaimView(entry, name, request_lines(claim), allocated_devices(claim), reserved)
+    asks = tuple((str(ask.get("deviceClassName", "?")), count_of(ask)) for _, ask in asked(claim))
+    selectors = tuple(e for _, ask in asked(claim) for e in cel_of(ask.get("selectors")))
+    return ClaimView(entry, name, request_lines(claim), allocated_devices(claim), reserved, asks, selectors)
 
 
 def offered_devices(slices: list[dict]) -> dict[str, dict[str, list[str]]]:
@@ -96,7 +114,10 @@ def read(client: Any, namespace: str, pod: dict) -> DraView | None:
     held = {device: f"{c['metadata']['namespace']}/{c['metadata']['name']}"
             for c in everyone for device in allocated_devices(c)}
     slices = [s.to_dict() for s in client.list(ResourceSlice)]
-    return DraView(claims, offered_devices(slices), held)
+    wanted = {name for claim in claims for name, _ in claim.asks}
+    classes = {c["metadata"]["name"]: cel_of((c.get("spec") or {}).get("selectors"))
+               for c in (d.to_dict() for d in client.list(DeviceClass)) if c["metadata"]["name"] in wanted}
+    return DraView(claims, offered_devices(slices), held, classes)
 
 
 def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
