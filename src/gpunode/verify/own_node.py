@@ -4,7 +4,10 @@
 controller judging all nodes; on every node at every interval the same lists would cost the API server the
 square of the fleet. This view reads only what concerns its node: its Node, the plugin's DaemonSet, the plugin pod
 bound to it and the pods of NVIDIA's DaemonSets bound to it (both lists filtered by the node, as the kubelet reads
-its own pods). The nodes' Warning events are not read: they add words to a finding that stands without them.
+its own pods). The nodes' Warning events are not read: they add words to a finding that stands without them. Nor
+are the ResourceSlices: a node offered by a device plugin and a DRA driver at once is judged by ``gpunode verify``
+and ``doctor`` from one list of every slice, not by every node at every interval (nor does the checker's identity
+have the right to list them).
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ class OwnNodeView(ClusterView):
 
     def node_warnings(self, settings: ClusterSettings, name: str) -> tuple[str, ...]:
         return ()
+
+    def offered(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
+        return {}
 
     def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str,
                    read_log: bool = False) -> PluginPodState:
