@@ -392,40 +392,6 @@ def test_a_pod_asking_nvidia_com_gpu_is_served_through_dra_where_the_class_maps_
         client.apply(codecs.from_dict(device_classes()[0]), field_manager="gpunode-test", force=True)
 
 
-def test_a_claim_the_kubelet_cannot_prepare_is_named_with_the_kubelets_words(dra: dict) -> None:
-    """The driver's DaemonSet deleted (its pod stops, its slice stays): a new claim is still allocated from the slice,
-    the kubelet cannot have it prepared and says so in an event; doctor --pod names it, then the driver returns."""
-    client = api(dra)
-    kept = client.get(DaemonSet, NAME, namespace=NAMESPACE).to_dict()
-    client.delete(DaemonSet, NAME, namespace=NAMESPACE)
-    try:
-        wait_for(lambda: not client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME}), 120,
-                 "the driver's pod gone")
-        wait_for(lambda: f"{DRIVER}-reg.sock" not in ssh_ok(dra, "node01", "ls /var/lib/kubelet/plugins_registry"),
-                 60, "the driver's registration socket gone")
-        client.apply(codecs.from_dict(template("orphan", 1)), field_manager="gpunode-test", force=True)
-        client.create(codecs.from_dict(gpu_pod("orphan", [{"name": "gpus", "resourceClaimTemplateName": "orphan"}],
-                                               "nvidia-smi -L")))
-        wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "orphan"})
-                          if e.reason == "FailedPrepareDynamicResources"], 90, "the kubelet's word on pod orphan")
-        result = gpunode("doctor", INVENTORY, "--pod", "default/orphan", "--json", env=dra["env"], check=False)
-        report = json.loads(result.stdout)
-        found = [p for p in report["problems"] if p["subject"] == "pod default/orphan"]
-        assert found and found[0]["code"] == "claim-prepare-failed", report
-        print(found[0]["evidence"])
-        assert "Failed to prepare dynamic resources" in found[0]["evidence"][0]
-    finally:
-        try:
-            client.delete(Pod, "orphan", namespace="default", grace_period=0)
-        except ApiError:
-            pass
-        kept["metadata"] = {"name": NAME, "namespace": NAMESPACE}
-        kept.pop("status", None)
-        client.apply(codecs.from_dict(kept), field_manager="gpunode-test", force=True)
-    wait_for(lambda: [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME})
-                      if p.status.phase == "Running"], 120, "the driver back")
-
-
 def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dict) -> None:
     """The deploy rolls the device plugin back onto the DRA node (as a deploy that does not know the node moved
     would): the node's GPUs are then offered twice, and doctor names it at the device_plugin link."""
