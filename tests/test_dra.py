@@ -196,6 +196,31 @@ def listed(log: str) -> list[str]:
     return [line.split("(UUID: ")[1].rstrip(")") for line in log.splitlines() if line.startswith("GPU ")]
 
 
+def delete_pods(client: Client, *names: str) -> None:
+    for name in names:
+        try:
+            client.delete(Pod, name, namespace="default", grace_period=0)
+        except ApiError:
+            pass
+
+
+def wait_unprepared(fleet: dict, what: str) -> None:
+    """Until the node holds no claim's CDI spec of the driver: every claim unprepared."""
+    wait_for(lambda: not ssh_ok(fleet, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
+             what)
+
+
+def pod_problem(fleet: dict, client: Client, name: str) -> dict:
+    """Once the scheduler has said why pod ``name`` waits: doctor --pod's problem for it (the report if none)."""
+    wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": name})
+                      if e.reason == "FailedScheduling"], 60, f"the scheduler's word on pod {name}")
+    result = gpunode("doctor", INVENTORY, "--pod", f"default/{name}", "--json", env=fleet["env"], check=False)
+    report = json.loads(result.stdout)
+    found = [p for p in report["problems"] if p["subject"] == f"pod default/{name}"]
+    assert found, report
+    return found[0]
+
+
 def test_the_driver_publishes_the_nodes_gpus_as_a_resource_slice(dra: dict) -> None:
     client = api(dra)
     found = wait_for(lambda: the_slice(client), 120, "the driver's ResourceSlice")
@@ -263,13 +288,8 @@ def test_two_pods_share_one_claim_and_a_restarted_driver_keeps_what_it_prepared(
         checkpoint = json.loads(ssh_ok(dra, "node01", f"cat /var/lib/kubelet/plugins/{DRIVER}/checkpoint.json"))
         assert checkpoint["claims"][uid]["name"] == "shared"
     finally:
-        for pod in ("holder", "sharer"):
-            try:
-                client.delete(Pod, pod, namespace="default", grace_period=0)
-            except ApiError:
-                pass
-    wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
-             "every claim unprepared (the shared one by the new driver)")
+        delete_pods(client, "holder", "sharer")
+    wait_unprepared(dra, "every claim unprepared (the shared one by the new driver)")
     client.delete(ResourceClaim, "shared", namespace="default")
 
 
@@ -285,26 +305,17 @@ def test_a_claim_the_scheduler_cannot_allocate_is_followed_by_doctor(dra: dict) 
         wait_for(lambda: client.get(Pod, "three", namespace="default").status.phase == "Running", 120, "three")
         client.create(codecs.from_dict(gpu_pod("two", [{"name": "gpus", "resourceClaimTemplateName": "two"}],
                                                "nvidia-smi -L")))
-        wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "two"})
-                          if e.reason == "FailedScheduling"], 60, "the scheduler's word on pod two")
-        result = gpunode("doctor", INVENTORY, "--pod", "default/two", "--json", env=dra["env"], check=False)
-        report = json.loads(result.stdout)
-        found = [p for p in report["problems"] if p["subject"] == "pod default/two"]
-        assert found and found[0]["code"] == "claim-unallocatable", report
-        evidence = "\n".join(found[0]["evidence"])
+        found = pod_problem(dra, client, "two")
+        assert found["code"] == "claim-unallocatable", found
+        evidence = "\n".join(found["evidence"])
         print(evidence)
         assert "cannot allocate all claims" in evidence
         assert f"requests gpus: 2 x {GPU_CLASS}, not allocated" in evidence
         assert f"resourceslices of node01: 4 device(s) from {DRIVER}, 3 allocated" in evidence
-        assert "most free devices of one driver on one node: 1" in found[0]["what"]
+        assert "most free devices of one driver on one node: 1" in found["what"]
     finally:
-        for pod in ("three", "two"):
-            try:
-                client.delete(Pod, pod, namespace="default", grace_period=0)
-            except ApiError:
-                pass
-    wait_for(lambda: not ssh_ok(dra, "node01", f"ls /var/run/cdi | grep {DRIVER}-claim- || true").strip(), 120,
-             "every claim unprepared")
+        delete_pods(client, "three", "two")
+    wait_unprepared(dra, "every claim unprepared")
 
 
 def test_a_device_class_whose_selector_matches_no_device_is_named(dra: dict) -> None:
@@ -322,13 +333,9 @@ def test_a_device_class_whose_selector_matches_no_device_is_named(dra: dict) -> 
     client.create(codecs.from_dict(gpu_pod("b300", [{"name": "gpus", "resourceClaimTemplateName": "b300"}],
                                            "nvidia-smi -L")))
     try:
-        wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": "b300"})
-                          if e.reason == "FailedScheduling"], 60, "the scheduler's word on pod b300")
-        result = gpunode("doctor", INVENTORY, "--pod", "default/b300", "--json", env=dra["env"], check=False)
-        report = json.loads(result.stdout)
-        found = [p for p in report["problems"] if p["subject"] == "pod default/b300"]
-        assert found and found[0]["code"] == "claim-selector-matches-none", report
-        assert f"deviceclass b300-test: selector {wrong}" in found[0]["evidence"], found[0]
+        found = pod_problem(dra, client, "b300")
+        assert found["code"] == "claim-selector-matches-none", found
+        assert f"deviceclass b300-test: selector {wrong}" in found["evidence"], found
     finally:
         client.delete(Pod, "b300", namespace="default", grace_period=0)
         client.delete(DeviceClass, "b300-test")

@@ -140,10 +140,9 @@ def alive(owner: str) -> bool:
 
 def free_dead_contexts() -> None:
     """Free the contexts (and the per-container folders) of containers whose first process is gone."""
-    for folder, owner_file in [(os.path.join(CONTEXTS, n), "owner") for n in _list(CONTEXTS)] + [
-            (os.path.join(SELECTED_DIR, n), "owner") for n in _list(SELECTED_DIR)]:
+    for folder in [os.path.join(parent, n) for parent in (CONTEXTS, SELECTED_DIR) for n in _list(parent)]:
         try:
-            with open(os.path.join(folder, owner_file)) as handle:
+            with open(os.path.join(folder, "owner")) as handle:
                 owner = handle.read()
         except OSError:
             continue

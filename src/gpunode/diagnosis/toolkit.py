@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpunode.diagnosis import Finding, Verdict, with_proof
 from gpunode.facts.toolkit import CDI_DIRS, VOLUME_MOUNTS_KEY
-from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings
+from gpunode.settings import TOOLKIT_CONFIG, VERSIONLOCK_LIST, NodeSettings, version_key
 
 STEP = "toolkit"
 
@@ -28,7 +28,7 @@ def hook_ldconfig(value: str, paths: dict[str, bool], versions: dict[str, str]) 
     the hook trims a ``.real`` suffix, then takes ``<path>.real`` where that exists on the host, else ``<path>``
     (so Ubuntu's "@/sbin/ldconfig.real" works on Debian); older hooks pass the value as it is."""
     installed = next((v for v in (versions.get("nvidia-container-toolkit"), *versions.values()) if v), "")
-    numbers = tuple(int(part) for part in str(installed).split("-")[0].split(".")[:2] if part.isdigit())
+    numbers = version_key(str(installed))[:2]
     if len(numbers) < 2 or numbers < NORMALIZED_SINCE:
         return value
     trimmed = value[1:].removesuffix(".real")

@@ -5,9 +5,8 @@ from a template, named in ``status.resourceClaimStatuses``) is scheduled only wh
 When it cannot, the scheduler says "cannot allocate all claims" and no more; what the SRE needs next is what each
 claim asks (device class, count), what the nodes offer (their ResourceSlices, per driver) and which claims hold
 those devices, and the selectors of the classes they name. Read with three lists (every claim, slice and
-DeviceClass). The slices
-alone also tell verify which nodes a DRA driver offers (a node offered by it and by a device plugin too is offered
-twice).
+DeviceClass). The slices alone also tell verify which nodes a DRA driver offers (a node offered by it and by a
+device plugin too is offered twice).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ class ClaimView:
     name: str
     requests: tuple[str, ...] = ()  # "gpu: 2 x gpu.gpunode.io" (one per request, first choice of firstAvailable)
     allocated: tuple[str, ...] = ()  # "driver/pool/device" of each allocated device
-    reserved_for: tuple[str, ...] = ()  # the pods it is reserved for
     asks: tuple[tuple[str, int | None], ...] = ()  # (device class, count; None for allocationMode All)
     selectors: tuple[str, ...] = ()  # the requests' own CEL expressions
 
@@ -68,9 +66,9 @@ def cel_of(selectors: list[dict] | None) -> tuple[str, ...]:
     return tuple(s["cel"]["expression"] for s in selectors or [] if (s.get("cel") or {}).get("expression"))
 
 
-def request_lines(claim: dict) -> tuple[str, ...]:
+def request_lines(requests: list[tuple[str, dict]]) -> tuple[str, ...]:
     lines = []
-    for name, ask in asked(claim):
+    for name, ask in requests:
         count = count_of(ask)
         lines.append(f"{name}: {'all' if count is None else count} x {ask.get('deviceClassName', '?')}"
                      + (f" ({len(ask['selectors'])} selector(s))" if ask.get("selectors") else ""))
@@ -85,10 +83,10 @@ def allocated_devices(claim: dict) -> tuple[str, ...]:
 def claim_view(entry: str, claim: dict | None, name: str) -> ClaimView:
     if claim is None:
         return ClaimView(entry, name)
-    reserved = tuple(r.get("name", "?") for r in ((claim.get("status") or {}).get("reservedFor") or []))
-    asks = tuple((str(ask.get("deviceClassName", "?")), count_of(ask)) for _, ask in asked(claim))
-    selectors = tuple(e for _, ask in asked(claim) for e in cel_of(ask.get("selectors")))
-    return ClaimView(entry, name, request_lines(claim), allocated_devices(claim), reserved, asks, selectors)
+    requests = asked(claim)
+    asks = tuple((str(ask.get("deviceClassName", "?")), count_of(ask)) for _, ask in requests)
+    selectors = tuple(e for _, ask in requests for e in cel_of(ask.get("selectors")))
+    return ClaimView(entry, name, request_lines(requests), allocated_devices(claim), asks, selectors)
 
 
 def offered_devices(slices: list[dict]) -> dict[str, dict[str, list[str]]]:

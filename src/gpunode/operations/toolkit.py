@@ -164,7 +164,8 @@ def usable(stamp: str, settings: NodeSettings | None = None):
         else:
             yield failing_command(f"{finding.what}\n  evidence: {'; '.join(finding.evidence)}\n  fix: {finding.fix}")
             return
-    if volume_mount_findings(state, settings or NodeSettings()):
+    settings = settings or NodeSettings()
+    if volume_mount_findings(state, settings):
         if not changed:  # backed up once per run: the ldconfig repair above did it
             yield backup_command([TOOLKIT_CONFIG], stamp)
         yield f"nvidia-ctk config --in-place --config-file={TOOLKIT_CONFIG} --set {VOLUME_MOUNTS_KEY}=true"
@@ -173,7 +174,7 @@ def usable(stamp: str, settings: NodeSettings | None = None):
     if stuck:
         yield f"chmod 0755 {' '.join(stuck)}"
         changed = True
-    if cdi_findings(state, settings or NodeSettings()):
+    if cdi_findings(state, settings):
         path = (state.get("cdi_specs") or [CDI_SPEC])[0]
         yield backup_command([path], stamp)
         yield cdi_generate_command(path)
