@@ -358,7 +358,7 @@ def examine(inventory: str, limit: list[str] | None = None, data: dict[str, str]
         else:
             report.nodes[subject] = "; ".join(f"{'ok' if f.state is Verdict.OK else 'not checked'}: {f.what}"
                                               for f in findings)
-    verification.connections.close()
+    verification.close()
     return report
 
 

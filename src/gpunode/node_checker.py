@@ -99,7 +99,7 @@ def judge_own(target: Target, node: str | None = None) -> tuple[dict[str, StepRe
     try:
         verification.read_all()
     finally:
-        verification.connections.close()
+        verification.close()
     results = {step: verification.result(quiet.name, step) for step in NODE_STEPS}
     facts = verification.facts.get(quiet.name, {})
     parsed = settings_of(target)

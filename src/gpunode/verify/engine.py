@@ -7,6 +7,7 @@ Nothing is changed on any host.
 from __future__ import annotations
 
 import traceback
+from functools import cached_property
 
 from gpunode.connection import Connections, Reply, Unreachable
 from gpunode.diagnosis import Finding, Verdict
@@ -24,11 +25,20 @@ class Verification:
 
     def __init__(self, targets: list[Target]) -> None:
         self.targets = {t.name: t for t in targets}
-        self.connections = Connections([(t.name, t.data) for t in targets])
         self.verdicts: dict[str, dict[str, StepResult]] = {}
         self.errors: dict[str, Finding] = {}  # hosts that could not be read: the "connection" link's finding
         self.facts: dict[str, dict[str, dict]] = {}
         self.cluster = ClusterView()
+
+    @cached_property
+    def connections(self) -> Connections:
+        """The hosts, reached on first use: a verification from the cluster (``--in-cluster``) reaches none."""
+        return Connections([(t.name, t.data) for t in self.targets.values()])
+
+    def close(self) -> None:
+        """Close the connections this verification opened (none if it reached no host)."""
+        if "connections" in self.__dict__:
+            self.connections.close()
 
     def read_all(self) -> None:
         for name, reply in self.connections.run_all(facts_command(), MAX_PARALLEL).items():

@@ -98,4 +98,4 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if path:
         Path(path).write_text(json.dumps(results_as_json(verification), indent=2) + "\n")
-    verification.connections.close()
+    verification.close()

@@ -28,7 +28,7 @@ def judged(inventory: str, limit: list[str], data: list[str], in_cluster: bool) 
         verification.read_all()
         return results_as_json(verification)
     finally:
-        verification.connections.close()
+        verification.close()
 
 
 def judged_under_pytest(inventory: str, limit: list[str], data: list[str], in_cluster: bool, junit_xml: str) -> dict:
