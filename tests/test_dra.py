@@ -416,3 +416,41 @@ def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dic
                 and e.endswith(f"device(s) from {DRIVER}")], found[0]
     finally:
         client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)
+
+
+def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict) -> None:
+    """The driver's DaemonSet moved off node01 (a node selector no node has) with its ResourceSlice left: the
+    scheduler still allocates the claim, the kubelet cannot have it prepared; doctor --pod quotes the kubelet's
+    FailedPrepareDynamicResources event and points at the driver's pod on the node. The driver put back after."""
+    client = api(dra)
+    wait_for(lambda: the_slice(client), 120, "the driver's ResourceSlice")
+    away = {"spec": {"template": {"spec": {"nodeSelector": {"gpunode.io/no-such-node": "true"}}}}}
+    client.patch(DaemonSet, NAME, away, namespace=NAMESPACE)
+    try:
+        for pod in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME}):
+            client.delete(Pod, pod.metadata.name, namespace=NAMESPACE, grace_period=0)
+        wait_for(lambda: "gpunode_plugin.dra_driver" not in ssh_ok(dra, "node01", "ps -eo args"), 120,
+                 "the driver's process gone from node01")
+        client.apply(codecs.from_dict(template("orphan", 1)), field_manager="gpunode-test", force=True)
+        client.create(codecs.from_dict(gpu_pod("orphan", [{"name": "gpus", "resourceClaimTemplateName": "orphan"}],
+                                               "nvidia-smi -L")))
+        try:
+            events = wait_for(lambda: [e for e in client.list(Event, namespace="default",
+                                                              fields={"involvedObject.name": "orphan"})
+                                       if e.reason == "FailedPrepareDynamicResources"], 120,
+                              "the kubelet's FailedPrepareDynamicResources")
+            print(f"the kubelet: {events[0].message}")
+            result = gpunode("doctor", INVENTORY, "--pod", "default/orphan", "--json", env=dra["env"], check=False)
+            report = json.loads(result.stdout)
+            found = [p for p in report["problems"] if p["subject"] == "pod default/orphan"]
+            assert found and found[0]["code"] == "claim-prepare-failed", report
+            evidence = "\n".join(found[0]["evidence"])
+            assert "event FailedPrepareDynamicResources: Failed to prepare dynamic resources" in evidence, evidence
+            assert DRIVER in evidence and "node01" in found[0]["fix"], found[0]
+        finally:
+            client.delete(Pod, "orphan", namespace="default", grace_period=0)
+    finally:
+        back = {"spec": {"template": {"spec": {"nodeSelector": {"gpunode.io/no-such-node": None}}}}}
+        client.patch(DaemonSet, NAME, back, namespace=NAMESPACE)
+    wait_for(lambda: [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME})
+                      if p.status.phase == "Running"], 120, "the driver back on node01")
