@@ -2,10 +2,11 @@
 (1.35), scheduler and API server (1.37) on a containerd 1.7 node with CDI on.
 
 One node (Debian 13, containerd 1.7.24, four A100s) deployed by gpunode with CDI on and the device plugin's
-volume-mounts strategy (NVIDIA's runtime and hook take the GPUs from mounts; the plugin's pods measured first, then
-the plugin taken off: one allocation method per node); the DRA driver's DaemonSet from the plugin's image. Its
-ResourceSlice lists the node's GPUs; a pod with a claim template of 1 and of 2 GPUs sees exactly its claim's GPUs;
-two pods share one claim; a restarted driver keeps what it prepared; an Xid takes a GPU out of the slice.
+volume-mounts strategy (NVIDIA's runtime and hook take the GPUs from mounts); the device plugin's pods measured
+first, then the deploy again with gpu_allocation = dra: the node drained, moved to the DRA driver's DaemonSet (the
+plugin's image) and uncordoned once its ResourceSlice lists its GPUs. A pod with a claim template of 1 and of 2 GPUs
+sees exactly its claim's GPUs; two pods share one claim; a restarted driver keeps what it prepared; an Xid takes a
+GPU out of the slice; doctor follows what goes wrong.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from pathlib import Path
 import pytest
 import yaml
 from gpunode_plugin.dra_devices import DRIVER, GPU_CLASS, device_classes
-from gpunode_sim.host.paths import SimPaths
 from lightkube import ApiError, Client, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.apps_v1 import DaemonSet
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
+
+from gpunode.cluster.labels import DRA_LABEL, PLUGIN_LABEL
 
 from .conftest import block, gpunode
 from .fleet_ssh import ssh_ok
@@ -50,46 +52,7 @@ def wait_for(check: Callable[[], object], timeout: float, what: str, every: floa
         time.sleep(every)
 
 
-def driver_objects(image: str, api_server: str) -> list[dict]:
-    """What an admin applies once (identity and rights) and the deploy rolls (the DaemonSet, the DeviceClasses)."""
-    host, port = api_server.rsplit(":", 1)
-    rules = [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-              "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]}]
-    volumes = {"registry": "/var/lib/kubelet/plugins_registry", "plugins": "/var/lib/kubelet/plugins",
-               "cdi": "/var/run/cdi"}
-    daemonset = {
-        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": NAME, "namespace": NAMESPACE},
-        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": NAME}}, "template": {
-            "metadata": {"labels": {"app.kubernetes.io/name": NAME}},
-            "spec": {"serviceAccountName": NAME, "imagePullSecrets": [{"name": "gpunode-registry"}],
-                     "runtimeClassName": "nvidia", "hostNetwork": True, "priorityClassName": "system-node-critical",
-                     "nodeSelector": {"nvidia.com/gpu.present": "true"},
-                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                     "containers": [{
-                         "name": "driver", "image": image, "imagePullPolicy": "IfNotPresent",
-                         "command": ["/usr/bin/python3", "-m", "gpunode_plugin.dra_driver"],
-                         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                                 {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                                 {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
-                                 {"name": "KUBERNETES_SERVICE_HOST", "value": host},
-                                 {"name": "KUBERNETES_SERVICE_PORT", "value": port}],
-                         "securityContext": {"runAsUser": 0, "readOnlyRootFilesystem": True,
-                                             "allowPrivilegeEscalation": False,
-                                             "capabilities": {"drop": ["ALL"]}},
-                         "volumeMounts": [{"name": name, "mountPath": path} for name, path in volumes.items()]}],
-                     "volumes": [{"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
-                                 for name, path in volumes.items()]}}}}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": NAME, "namespace": NAMESPACE}},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": NAME},
-         "rules": rules},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": NAME},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
-         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
-        *device_classes(),
-        daemonset,
-    ]
+DEPLOY = ["--data", "cdi_enabled=True", "--data", "plugin_device_list_strategy=volume-mounts"]
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +65,8 @@ def dra(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
         info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
         info["env"] = env
         # the driver's CDI specs hand GPUs to NVIDIA's hook as volume mounts (as the plugin's volume-mounts strategy
-        # does, which the device plugin uses here too): the deploy has the node's toolkit take devices from mounts
-        deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
-                           "plugin_device_list_strategy=volume-mounts", env=env, check=False, timeout=900)
+        # does): gpu_allocation = dra needs that strategy and CDI, and the device plugin's path is measured with them
+        deployed = gpunode("deploy", INVENTORY, *DEPLOY, env=env, check=False, timeout=900)
         assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
         assert ssh_ok(info, "node01", "grep -x 'accept-nvidia-visible-devices-as-volume-mounts = true' "
                                       "/etc/nvidia-container-runtime/config.toml")
@@ -112,11 +74,14 @@ def dra(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> It
         # the device plugin's path first, for the latency to compare: a pod asking nvidia.com/gpu: 1, created to
         # running with its GPU listed
         info["device plugin"] = [time_to_gpus(client, codecs.from_dict(dp_pod(n))) for n in range(2)]
-        client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)  # one allocation method per node
-        inventory = json.loads(Path(info["inventory"]).read_text())
-        paths = SimPaths(Path(env["GPUNODE_SIM_DIR"]), Path("/var/cache/gpunode"), int(env["GPUNODE_SIM_NET"]))
-        for body in driver_objects(inventory["plugin"]["plugin_image"], f"{paths.apiserver_address}:6443"):
-            client.apply(codecs.from_dict(body), field_manager="gpunode-test", force=True)
+        # a GPU pod still running when the node moves to DRA: the switch drains it first
+        client.create(codecs.from_dict(dp_pod(7)))
+        wait_for(lambda: client.get(Pod, "dp-latency-7", namespace="default").status.phase == "Running", 120,
+                 "a device-plugin pod running")
+        switched = gpunode("deploy", INVENTORY, *DEPLOY, "--data", "gpu_allocation=dra", env=env, check=False,
+                           timeout=900)
+        info["switch"] = switched.stdout + switched.stderr
+        assert switched.returncode == 0, switched.stdout[-4000:] + switched.stderr[-2000:]
         yield info
     finally:
         gpunode("sim", "down", env=env, check=False)
@@ -232,6 +197,29 @@ def test_the_driver_publishes_the_nodes_gpus_as_a_resource_slice(dra: dict) -> N
     assert devices[0]["attributes"]["driverVersion"]["version"] and devices[0]["capacity"]["memory"]["value"]
     listing = ssh_ok(dra, "node01", "ls /var/lib/kubelet/plugins_registry")
     assert f"{DRIVER}-reg.sock" in listing
+
+
+def test_the_deploy_moved_the_node_to_dra_through_a_drain(dra: dict, tmp_path: Path) -> None:
+    """gpu_allocation = dra on a node the device plugin served: the deploy cordoned it, evicted its running GPU pod,
+    moved its label from the device plugin to the DRA driver, waited for its ResourceSlice and uncordoned it; verify
+    proves the node's device_plugin link by the slice, with no nvidia.com/gpu offered beside it."""
+    client = api(dra)
+    said = dra["switch"]
+    assert "moving from device-plugin to dra" in said and "evicted default/dp-latency-7" in said, said[-4000:]
+    assert "device(s) in its ResourceSlice from gpu.gpunode.io" in said, said[-4000:]
+    node = client.get(Node, "node01")
+    assert node.metadata.labels.get(DRA_LABEL) == "true" and PLUGIN_LABEL not in node.metadata.labels
+    assert not node.spec.unschedulable
+    assert (node.status.allocatable or {}).get("nvidia.com/gpu", "0") == "0"
+    assert not [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name":
+                                                                          "gpunode-device-plugin"})]
+    out = tmp_path / "verify.json"
+    result = gpunode("verify", INVENTORY, "--json", str(out), *DEPLOY, "--data", "gpu_allocation=dra",
+                     env=dra["env"], check=False)
+    link = json.loads(out.read_text())["hosts"]["node01"]["device_plugin"]
+    print(yaml.safe_dump(link))
+    assert result.returncode == 0 and link["state"] == "ok", result.stdout[-3000:]
+    assert any(f"spec.driver={DRIVER}: 4 device(s)" in line for line in link["proof"]), link
 
 
 @pytest.mark.parametrize("count", [1, 2])
@@ -400,22 +388,25 @@ def test_a_pod_asking_nvidia_com_gpu_is_served_through_dra_where_the_class_maps_
 
 
 def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dict) -> None:
-    """The deploy rolls the device plugin back onto the DRA node (as a deploy that does not know the node moved
-    would): the node's GPUs are then offered twice, and doctor names it at the device_plugin link."""
+    """Someone labels the DRA node for gpunode's device plugin by hand: its DaemonSet lands there, the node's GPUs
+    are offered twice, and doctor names it at the device_plugin link."""
     client = api(dra)
-    deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
-                       "plugin_device_list_strategy=volume-mounts", env=dra["env"], check=False, timeout=900)
+    client.patch(Node, "node01", {"metadata": {"labels": {PLUGIN_LABEL: "true"}}}, field_manager="gpunode-test")
     try:
-        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
-        result = gpunode("doctor", INVENTORY, "--json", env=dra["env"], check=False)
+        wait_for(lambda: int((client.get(Node, "node01").status.allocatable or {}).get("nvidia.com/gpu", "0")) > 0,
+                 150, "the device plugin's GPUs on node01")
+        result = gpunode("doctor", INVENTORY, "--json", *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"],
+                         check=False)
         report = json.loads(result.stdout)
-        found = [p for p in report["problems"] if p["subject"] == "node01"]
-        assert found and (found[0]["link"], found[0]["code"]) == ("device_plugin", "offered-twice"), report
+        found = [p for p in report["problems"] if p["subject"] == "node01" and p["link"] == "device_plugin"]
+        assert found and found[0]["code"] == "offered-twice", report
         # 3 or 4 devices: the Xid test above took one out of the slice (a new plugin hears only later Xids)
         assert [e for e in found[0]["evidence"] if e.startswith("kubectl get resourceslices (node node01): ")
                 and e.endswith(f"device(s) from {DRIVER}")], found[0]
     finally:
-        client.delete(DaemonSet, "gpunode-device-plugin", namespace=NAMESPACE)
+        client.patch(Node, "node01", {"metadata": {"labels": {PLUGIN_LABEL: None}}}, field_manager="gpunode-test")
+        wait_for(lambda: not [p for p in client.list(Pod, namespace=NAMESPACE, labels={
+            "app.kubernetes.io/name": "gpunode-device-plugin"})], 120, "the device plugin gone from node01")
 
 
 def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict) -> None:

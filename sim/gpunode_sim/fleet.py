@@ -211,12 +211,14 @@ def write_inventory(paths: SimPaths, state: FleetState, repo_fingerprint: str, p
     }
     if plugin_reference is not None:  # the plugin pods pull their image from the fleet's registry, by digest
         reach = registry.access(paths)
+        # gpunode's pods that talk to the API (the node checker, the DRA driver) reach it as the kubelets do: the
+        # fleet has no kube-proxy for the kubernetes Service
+        api_server = f"{paths.apiserver_address}:{controlplane.APISERVER_PORT}"
         inventory["plugin"] = {"plugin_image": plugin_reference, "plugin_registry_username": reach.username,
-                               "plugin_registry_password": reach.password}
-        if checker_reference is not None:  # the node checker on every GPU node, reaching the API as kubelets do
-            api_server = f"{paths.apiserver_address}:{controlplane.APISERVER_PORT}"
+                               "plugin_registry_password": reach.password, "checker_api_server": api_server}
+        if checker_reference is not None:  # the node checker on every GPU node
             inventory["checker"] = {"checker_image": checker_reference, "checker_interval": CHECKER_INTERVAL,
-                                    "checker_heartbeat": CHECKER_HEARTBEAT, "checker_api_server": api_server}
+                                    "checker_heartbeat": CHECKER_HEARTBEAT}
     paths.inventory_file.write_text(json.dumps(inventory, indent=2) + "\n")
     return paths.inventory_file
 

@@ -15,6 +15,7 @@ from typing import Any
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import LabelSettings
 from gpunode.cluster.manifests import ManifestSettings
+from gpunode.errors import GpunodeError
 from gpunode.image.push import Registry
 from gpunode.inventory_data import read
 from gpunode.settings import NodeSettings
@@ -40,8 +41,26 @@ class HostSettings:
         registry = Registry(Path(cert_dir).expanduser() if cert_dir else None,
                             read(data, "plugin_registry_username") or None,
                             read(data, "plugin_registry_password") or None)
-        return cls(NodeSettings.from_data(data), ClusterSettings.from_data(data), LabelSettings.from_data(data),
-                   ManifestSettings.from_data(data), registry, read(data, "max_unavailable"))
+        parsed = cls(NodeSettings.from_data(data), ClusterSettings.from_data(data), LabelSettings.from_data(data),
+                     ManifestSettings.from_data(data), registry, read(data, "max_unavailable"))
+        dra_needs(parsed)
+        return parsed
+
+
+def dra_needs(parsed: HostSettings) -> None:
+    """A node on gpunode's DRA driver needs CDI in its runtime (the driver hands claims over as CDI specs) and the
+    toolkit taking devices from volume mounts (the form those specs use): refused up front, not as failing pods."""
+    if parsed.labels.allocation != "dra":
+        return
+    missing = [f"{key} = {wanted}" for key, wanted, have in (
+        ("cdi_enabled", "True", parsed.node.cdi_enabled),
+        ("plugin_device_list_strategy", '"volume-mounts"', parsed.node.plugin_device_list_strategy == "volume-mounts"))
+        if not have]
+    if missing:
+        raise GpunodeError(f"gpu_allocation = dra needs {' and '.join(missing)}",
+                           "set them for this host too (the DRA driver's CDI specs hand GPUs to NVIDIA's hook as "
+                           "volume mounts, which the runtime must read from CDI), or leave gpu_allocation at "
+                           "device-plugin")
 
 
 def settings_of(holder: Any) -> HostSettings:

@@ -32,6 +32,7 @@ NVIDIA_KEY_FINGERPRINT = "C95B321B61E88C1809C4F759DDCAE044F796ECB0"
 RUNTIMES = ("auto", "containerd", "docker")
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+GPU_ALLOCATIONS = ("device-plugin", "dra")  # how a node's GPUs reach pods: one method per node, never both
 TRUE_WORDS = ("true", "yes", "1")
 FALSE_WORDS = ("false", "no", "0")
 
@@ -138,10 +139,14 @@ KEYS: tuple[DataKey, ...] = (
             "not changed (node-problem-detector's heartbeat period): --in-cluster calls results older than two "
             "heartbeats stale", minimum=10),
     DataKey("checker_api_server", str, "", "HOST:PORT of the API server as the GPU nodes reach it, where pods "
-            "cannot use the kubernetes Service (no kube-proxy): the checker then uses the node's network; '' : the "
-            "Service", pattern=r"[^\s:/]+:[0-9]+", hint="HOST:PORT, e.g. 10.0.0.10:6443"),
+            "cannot use the kubernetes Service (no kube-proxy): the node checker and the DRA driver then use the "
+            "node's network; '' : the Service", pattern=r"[^\s:/]+:[0-9]+", hint="HOST:PORT, e.g. 10.0.0.10:6443"),
     DataKey("plugin_device_list_strategy", str, "envvar", "envvar, volume-mounts, cdi-annotations, cdi-cri",
             choices=LIST_STRATEGIES),
+    DataKey("gpu_allocation", str, "device-plugin", "per node: device-plugin (the kubelet counts nvidia.com/gpu) or "
+            "dra (gpunode's DRA driver offers the GPUs as a ResourceSlice; needs cdi_enabled = True and "
+            "plugin_device_list_strategy = volume-mounts); switching a node drains its GPU pods first",
+            choices=GPU_ALLOCATIONS),
     DataKey("plugin_config", dict, None, "the plugin's own config file (NVIDIA's v1 format), carried in a ConfigMap"),
     DataKey("templates_dir", str, "", "a folder with your own device-plugin.yaml.j2; yours wins"),
     DataKey("label_model_key", str, "accelerator", "the short model label: accelerator=nvidia-a100",

@@ -296,7 +296,7 @@ def _bootstrap_objects(kubeconfig: Path) -> None:
 
     client = admin_client(kubeconfig, field_manager="gpunode-sim")
     for document in [*rbac.documents(ManifestSettings.namespace, f"User:{OPERATOR_USER}"),
-                     *rbac.checker_documents(ManifestSettings.namespace)]:  # all that 'gpunode render --rbac' prints
+                     *rbac.own_pods_documents(ManifestSettings.namespace)]:  # all that 'gpunode render --rbac' prints
         client.apply(from_dict(document), force=True)
     binding = from_dict({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

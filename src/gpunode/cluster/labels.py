@@ -17,6 +17,8 @@ from gpunode.inventory_data import BY_NAME, read
 
 GFD = "nvidia.com/"
 PLUGIN_LABEL = "gpunode.io/device-plugin"  # "true": gpunode's device plugin serves this node (its DaemonSet selects it)
+DRA_LABEL = "gpunode.io/dra-driver"  # "true": gpunode's DRA driver serves it instead (gpu_allocation = dra)
+METHOD_LABELS = {"device-plugin": PLUGIN_LABEL, "dra": DRA_LABEL}  # gpu_allocation: the label that places it
 # (pattern in the product name, short model) -- first match wins, longer names first
 SHORT_MODELS = (
     ("GH200", "gh200"), ("GB200", "gb200"), ("B200", "b200"), ("B100", "b100"), ("H200", "h200"), ("H100", "h100"),
@@ -27,14 +29,16 @@ SHORT_MODELS = (
 
 @dataclass(frozen=True)
 class LabelSettings:
-    """Inventory data for labels: ``label_model_key`` and ``label_model_prefix``."""
+    """Inventory data for labels: ``label_model_key``, ``label_model_prefix``, and ``gpu_allocation`` (which of
+    gpunode's DaemonSets the node's labels place there)."""
 
     model_key: str = BY_NAME["label_model_key"].default
     model_prefix: str = BY_NAME["label_model_prefix"].default
+    allocation: str = BY_NAME["gpu_allocation"].default
 
     @classmethod
     def from_data(cls, data: dict) -> LabelSettings:
-        return cls(read(data, "label_model_key"), read(data, "label_model_prefix"))
+        return cls(read(data, "label_model_key"), read(data, "label_model_prefix"), read(data, "gpu_allocation"))
 
 
 @dataclass
@@ -98,7 +102,7 @@ def gpu_labels(gpus: list[dict], settings: LabelSettings | None = None) -> NodeL
     labels[f"{GFD}cuda.driver.minor"] = parts[1] if len(parts) > 1 else ""
     labels[f"{GFD}cuda.driver.rev"] = parts[2] if len(parts) > 2 else ""
     labels[f"{GFD}mig.capable"] = "true" if first.get("mig_mode") else "false"
-    labels[PLUGIN_LABEL] = "true"
+    labels[METHOD_LABELS[settings.allocation]] = "true"
     return result
 
 

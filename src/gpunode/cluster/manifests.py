@@ -41,6 +41,7 @@ class ManifestSettings:
     checker_interval: int = BY_NAME["checker_interval"].default
     checker_heartbeat: int = BY_NAME["checker_heartbeat"].default
     checker_api_server: str = BY_NAME["checker_api_server"].default
+    dra_driver: bool = False  # the DRA driver's objects too: some host of the run has gpu_allocation = dra
     pull_secret: str = ""  # the Secret the DaemonSet's pods pull the image with ('': none)
     pull_auth: str = field(default="", repr=False)  # .dockerconfigjson (base64) of the Secret the deploy writes
 
@@ -125,6 +126,7 @@ def node_settings_document(namespace: str, per_node: dict[str, dict]) -> dict:
 
 PLUGIN_TEMPLATE = "device-plugin.yaml.j2"
 CHECKER_TEMPLATE = "node-checker.yaml.j2"  # the node checker's ServiceAccount, rights and own-node policy
+DRA_TEMPLATE = "dra-driver.yaml.j2"  # the DRA driver's rights
 
 
 def render(settings: ManifestSettings, templates: Path = TEMPLATES, name: str = PLUGIN_TEMPLATE) -> str:

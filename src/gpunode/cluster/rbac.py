@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 import yaml
 
-from gpunode.cluster.manifests import CHECKER_TEMPLATE, PULL_SECRET, RUNTIME_CLASS, ManifestSettings
+from gpunode.cluster.manifests import CHECKER_TEMPLATE, DRA_TEMPLATE, PULL_SECRET, RUNTIME_CLASS, ManifestSettings
 from gpunode.cluster.manifests import documents as manifest_yaml
 from gpunode.cluster.manifests import render as render_template
 from gpunode.errors import GpunodeError
 
 NAME = "gpunode"
+DRA_CLASSES = ("gpu.gpunode.io", "mig.gpu.gpunode.io")  # the DeviceClasses device-plugin.yaml.j2 renders
 DEFAULT_SUBJECT = "User:gpunode"
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")
 
@@ -75,6 +76,9 @@ def cluster_rules(namespace: str) -> list[Rule]:
         Rule("resource.k8s.io", "resourceclaims", ("list",)),
         Rule("resource.k8s.io", "resourceslices", ("list",)),
         Rule("resource.k8s.io", "deviceclasses", ("list",)),
+        # the DRA driver's DeviceClasses, applied where a node has gpu_allocation = dra (create: not by name)
+        Rule("resource.k8s.io", "deviceclasses", ("get", "patch", "delete"), DRA_CLASSES),
+        Rule("resource.k8s.io", "deviceclasses", ("create",)),
     ]
 
 
@@ -156,14 +160,18 @@ def documents(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tupl
     ] + migration
 
 
-def checker_documents(namespace: str) -> list[dict]:
-    """The node checker's rights and its own-node policy (``templates/node-checker.yaml.j2``)."""
-    return manifest_yaml(render_template(ManifestSettings(namespace=namespace), name=CHECKER_TEMPLATE))
+def own_pods_documents(namespace: str) -> list[dict]:
+    """The node checker's rights and its own-node policy (``templates/node-checker.yaml.j2``), then the DRA
+    driver's (``templates/dra-driver.yaml.j2``): the rights of gpunode's own pods."""
+    settings = ManifestSettings(namespace=namespace)
+    return [*manifest_yaml(render_template(settings, name=CHECKER_TEMPLATE)),
+            *manifest_yaml(render_template(settings, name=DRA_TEMPLATE))]
 
 
 def render(namespace: str, subject: str = DEFAULT_SUBJECT, migrate_from: tuple[str, ...] = ()) -> str:
-    """gpunode's rights for ``subject``, then the node checker's for its ServiceAccount: what an admin applies."""
-    return yaml.safe_dump_all([*documents(namespace, subject, migrate_from), *checker_documents(namespace)],
+    """gpunode's rights for ``subject``, then the node checker's and the DRA driver's for their ServiceAccounts:
+    what an admin applies."""
+    return yaml.safe_dump_all([*documents(namespace, subject, migrate_from), *own_pods_documents(namespace)],
                               sort_keys=False)
 
 

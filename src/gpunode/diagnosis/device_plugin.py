@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpunode.cluster.labels import PLUGIN_LABEL
+from gpunode.cluster.labels import DRA_LABEL, PLUGIN_LABEL
 from gpunode.cluster.plugin_config import GPU_RESOURCE, Offer, PluginConfig, gpu_sharing
 from gpunode.diagnosis import Finding, Verdict, proven
 from gpunode.facts.device_plugin import DAEMONSET, PluginPodState, RolloutState
@@ -219,7 +219,9 @@ def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, 
 
 # the DRA drivers that publish NVIDIA GPUs: gpunode's, and NVIDIA's k8s-dra-driver-gpu (a NIC's or another
 # vendor's driver on the same node offers other devices, not these GPUs)
-GPU_DRA_DRIVERS = ("gpu.gpunode.io", "gpu.nvidia.com")
+DRA_DRIVER = "gpu.gpunode.io"  # gpunode's DRA driver (gpunode_plugin.dra_devices.DRIVER; a test keeps them equal)
+DRA_DAEMONSET = "gpunode-dra-driver"
+GPU_DRA_DRIVERS = (DRA_DRIVER, "gpu.nvidia.com")
 
 
 def offered_twice(node: NodeLabelsState, resource: str, offered: dict[str, list[str]]) -> Finding | None:
@@ -329,3 +331,35 @@ def diagnose(rollout: RolloutState, pod: PluginPodState, node: NodeLabelsState, 
              else "some GPUs are marked unhealthy (Xid events) or missing from NVML")
     return [Finding(STEP, Verdict.FINDING, f"{what}: the plugin runs but {cause}", evidence + pod_evidence,
                     f"kubectl -n {namespace} logs {pod.name}; nvidia-smi -q on the node", code="gpus-unhealthy")]
+
+
+def dra_expected(gpus: list[dict]) -> list[str]:
+    """The devices gpunode's DRA driver publishes for ``gpus``: ``gpu-N`` per whole GPU, and for a GPU in MIG
+    mode its MIG devices (``gpu-N-mig-...``, how many is MIG's to say: at least one is expected)."""
+    return [f"gpu-{g['index']}-mig-" if g.get("mig_mode") == "Enabled" else f"gpu-{g['index']}" for g in gpus]
+
+
+def dra_offer(node: NodeLabelsState, gpus: list[dict], devices: list[str], namespace: str) -> list[Finding]:
+    """A node on gpunode's DRA driver (gpu_allocation = dra): proof that its ResourceSlice offers each of its GPUs
+    and that no device plugin offers them too; else what is missing, with the driver's pod to look at."""
+    listed = f"kubectl get resourceslices --field-selector spec.nodeName={node.name},spec.driver={DRA_DRIVER}"
+    evidence = [f"{listed}: {len(devices)} device(s)" + (f" ({', '.join(devices)})" if devices else "")]
+    missing = [want for want in dra_expected(gpus)
+               if not any(d == want or (want.endswith("-") and d.startswith(want)) for d in devices)]
+    pods = (f"kubectl -n {namespace} get pods -o wide -l app.kubernetes.io/name={DRA_DAEMONSET} "
+            f"--field-selector spec.nodeName={node.name}")
+    if missing:
+        return [Finding(STEP, Verdict.FINDING, f"{node.name} uses gpunode's DRA driver (gpu_allocation = dra) but its "
+                        f"ResourceSlice lacks {len(missing)} of its {len(gpus)} GPU(s): {', '.join(missing)}",
+                        evidence + [f"nvidia-smi on {node.name}: {len(gpus)} GPU(s)",
+                                    f"kubectl get node {node.name}: label {DRA_LABEL}="
+                                    f"{node.labels.get(DRA_LABEL, '<missing>')}"],
+                        f"the DRA driver's pod on {node.name}: {pods} (its log says why; no pod: the node needs the "
+                        f"label {DRA_LABEL}=true, which deploys/labels.py sets); re-run deploys/device_plugin.py",
+                        code="dra-slice-missing")]
+    if node.unschedulable:
+        return [cordoned(node, evidence)]
+    return [proven(STEP, f"{node.name} offers its {len(gpus)} GPU(s) through gpunode's DRA driver",
+                   evidence + [f"kubectl get node {node.name}: allocatable nvidia.com/gpu="
+                               f"{node.allocatable.get('nvidia.com/gpu', '<none>')} (no device plugin offers them too)",
+                               f"kubectl get node {node.name}: spec.unschedulable not set"])]

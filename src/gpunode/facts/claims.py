@@ -126,3 +126,12 @@ def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
                                         lambda client: [s.to_dict() for s in client.list(ResourceSlice)]))
     except GpunodeError:
         return {}
+
+
+def read_node_devices(settings: ClusterSettings, node: str, driver: str) -> list[str]:
+    """The device names ``driver`` publishes for ``node``: its ResourceSlices in one list filtered by the API
+    server (spec.nodeName, spec.driver), not every slice of the cluster."""
+    slices = api_call(settings, f"list the ResourceSlices of node {node}",
+                      lambda client: [s.to_dict() for s in client.list(
+                          ResourceSlice, fields={"spec.nodeName": node, "spec.driver": driver})])
+    return sorted(str(d.get("name")) for s in slices for d in (s.get("spec") or {}).get("devices") or [])

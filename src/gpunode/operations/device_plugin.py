@@ -28,7 +28,7 @@ from pyinfra.api import Host, operation
 from pyinfra.context import ctx_state
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none, transient
-from gpunode.cluster.labels import driver_version_of
+from gpunode.cluster.labels import DRA_LABEL, driver_version_of
 from gpunode.cluster.manifests import ManifestSettings
 from gpunode.cluster.plugin_config import CONFIG_FILE, CONFIG_MAP, DIGEST_ANNOTATION, Offer, expected_offer, text_digest
 from gpunode.diagnosis import failures
@@ -332,7 +332,7 @@ def wait_rollout(target: Host, settings: ClusterSettings, namespace: str) -> Non
 
 def selects_none(settings: ClusterSettings, namespace: str, rollout: RolloutState) -> None:
     """A DaemonSet that places no pod while GPU nodes exist is not rolled out: say what it selects."""
-    gpu_nodes = read_gpu_nodes(settings)
+    gpu_nodes = [node for node in read_gpu_nodes(settings) if node.labels.get(DRA_LABEL) != "true"]  # DRA's, not its
     if not gpu_nodes:
         return
     keys = sorted(set(rollout.node_selector) | {PRESENT})

@@ -62,8 +62,9 @@ def evict_gpu_pods(target: Host, settings: ClusterSettings, node: str, timeout: 
             owners = pod.metadata.ownerReferences or []
             limits = [c.resources.limits or {} for c in pod.spec.containers if c.resources]
             done = pod.status and pod.status.phase in ("Succeeded", "Failed")
-            if not done and not any(o.kind == "DaemonSet" for o in owners) and any(
-                    k.startswith("nvidia.com/") for lim in limits for k in lim):
+            claims = pod.spec.resourceClaims or []  # DRA: a pod holding a claim may hold GPUs through it
+            if not done and not any(o.kind == "DaemonSet" for o in owners) and (claims or any(
+                    k.startswith("nvidia.com/") for lim in limits for k in lim)):
                 found.append(pod)
         return found
 

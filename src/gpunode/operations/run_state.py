@@ -30,6 +30,7 @@ class HostRun:
     replugged: bool = False  # this run restarted the node's plugin pod
     replaced: str | None = None  # the plugin pod this run deleted (its numbers must not count)
     hostname: str | None = None  # the Kubernetes node name read from the host
+    switching: str | None = None  # why this run moves the node to another allocation method (gpu_allocation)
 
 
 @dataclass

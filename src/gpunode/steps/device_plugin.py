@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 from pyinfra import host, logger
@@ -11,11 +11,22 @@ from pyinfra.api.deploy import deploy
 from gpunode.cluster.manifests import manifest_documents, node_settings_document
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import settings_of
-from gpunode.operations import device_plugin
+from gpunode.operations import allocation, device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.operations.labels import nvidia_serves
 from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
+
+
+def dra_in_run(hosts: Any) -> bool:
+    """True when some inventory host has gpu_allocation = dra: the DRA driver's objects are then applied too."""
+    for each in hosts:
+        try:
+            if settings_of(each).labels.allocation == "dra":
+                return True
+        except GpunodeError:
+            continue
+    return False
 
 
 def checker_settings(hosts: Any) -> dict[str, dict]:
@@ -44,6 +55,8 @@ def device_plugin_rollout() -> None:
         return
     manifests = device_plugin.pinned_manifests(parsed.manifests, parsed.registry,
                                                lambda line: logger.info(f"--> {line}"))
+    if dra_in_run(host.state.inventory):
+        manifests = replace(manifests, dra_driver=True)
     documents = manifest_documents(manifests)
     if manifests.checker_image:  # the node checker's DaemonSet is in them: each node's settings beside it
         documents.append(node_settings_document(manifests.namespace, checker_settings(host.state.inventory)))
@@ -57,6 +70,11 @@ def device_plugin_rollout() -> None:
     if not gpus and not parsed.node.reboot_on_mismatch:
         return
     name = node_name(settings)
+    if parsed.labels.allocation == "dra":  # gpunode's DRA driver serves the node: its ResourceSlice is the proof
+        allocation.dra_offered(name="Check the node's GPUs in its ResourceSlice", node_name=name, gpus=gpus,
+                               namespace=manifests.namespace, settings=settings)
+        allocation.uncordoned_after_switch(name="Uncordon the node moved to DRA", node_name=name, settings=settings)
+        return
     try:
         registrar = nvidia_serves(settings, name)
     except GpunodeError:
@@ -70,3 +88,5 @@ def device_plugin_rollout() -> None:
         settings=settings, driver_version=gpus[0]["driver_version"] if gpus else None)
     device_plugin.allocatable_matches(name="Check the node's allocatable GPUs", node_name=name,
                                       gpus=gpus or None, manifests=manifests, settings=settings)
+    allocation.uncordoned_after_switch(name="Uncordon the node moved to the device plugin", node_name=name,
+                                       settings=settings)

@@ -10,8 +10,9 @@ from lightkube.resources.core_v1 import Pod
 from gpunode import chain
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import PLUGIN_LABEL, gpu_labels
-from gpunode.cluster.plugin_config import expected_offer
+from gpunode.cluster.plugin_config import GPU_RESOURCE, expected_offer
 from gpunode.diagnosis import Finding, Verdict, device_plugin, failures, labels
+from gpunode.diagnosis.device_plugin import DRA_DRIVER
 from gpunode.errors import GpunodeError
 from gpunode.facts.claims import read_offered
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign, registrar_on
@@ -126,6 +127,11 @@ class ClusterView:
                 self.slices[key] = read_offered(settings)
             return self.slices[key]
 
+    def dra_devices(self, settings: ClusterSettings, node: str) -> list[str] | None:
+        """The devices gpunode's DRA driver publishes for ``node``, from the one list of slices (None: this view
+        does not read ResourceSlices)."""
+        return sorted(entry.split("/", 1)[-1] for entry in self.offered(settings).get(node, {}).get(DRA_DRIVER, []))
+
     def node_warnings(self, settings: ClusterSettings, name: str) -> tuple[str, ...]:
         """The node's recent Warning events, from one list per verification, read only once a link fails."""
         key = (str(settings.kubeconfig_path), settings.kube_context)
@@ -179,6 +185,9 @@ class ClusterView:
                 return results
             manifests = parsed.manifests
             namespace = manifests.namespace
+            if parsed.labels.allocation == "dra":
+                results["device_plugin"] = self.judge_dra(host, parsed, node, gpus)
+                return results
             offer = expected_offer(gpus, manifests.mig_strategy, manifests.plugin_config)
             short = offer.count is not None and device_plugin.allocatable_of(node, offer.resource) < offer.count
             findings = device_plugin.diagnose(self.rollout(settings, namespace),
@@ -204,6 +213,18 @@ class ClusterView:
             for step in CLUSTER_STEPS:
                 results.setdefault(step, StepResult(host, step, Verdict.FINDING, error.problem, [finding]))
         return results
+
+
+    def judge_dra(self, host: str, parsed: HostSettings, node: NodeLabelsState, gpus: list[dict]) -> StepResult:
+        """The device_plugin link of a node on gpunode's DRA driver: its ResourceSlice, and no second offer."""
+        devices = self.dra_devices(parsed.cluster, node.name)
+        if devices is None:
+            return StepResult(host, "device_plugin", Verdict.NOT_CHECKED,
+                              f"node {node.name} uses gpunode's DRA driver (gpu_allocation = dra): its ResourceSlice "
+                              "is judged by verify and doctor, which list every slice once")
+        findings = device_plugin.dra_offer(node, gpus, devices, parsed.manifests.namespace)
+        twice = device_plugin.offered_twice(node, GPU_RESOURCE, self.offered(parsed.cluster).get(node.name, {}))
+        return verdict(host, "device_plugin", [twice, *findings] if twice is not None else findings)
 
 
 def judge_node(host: str, facts: dict[str, dict], settings: HostSettings) -> dict[str, StepResult]:

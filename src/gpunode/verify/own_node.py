@@ -48,6 +48,9 @@ class OwnNodeView(ClusterView):
     def offered(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
         return {}
 
+    def dra_devices(self, settings: ClusterSettings, node: str) -> list[str] | None:
+        return None
+
     def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str,
                    read_log: bool = False) -> PluginPodState:
         pod = read_plugin_pod_on(settings, namespace, node)

@@ -34,10 +34,11 @@ plugin_registry_cert_dir = ""                  # here: the registry's CA (ca.crt
 plugin_namespace = "gpunode-system"
 plugin_mig_strategy = "none"                   # none, single, mixed
 plugin_device_list_strategy = "envvar"         # envvar, volume-mounts, cdi-annotations, cdi-cri
+gpu_allocation = "device-plugin"               # per node: device-plugin or dra (gpunode's DRA driver)
 checker_image = ""                             # the node checker (gpunode image build --node-checker): conditions
 checker_interval = 60                          # on every GPU node's Node, read by verify/doctor --in-cluster
 checker_heartbeat = 300                        # its write when nothing changed (as node-problem-detector)
-checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service
+checker_api_server = ""                        # HOST:PORT where pods cannot use the kubernetes Service (checker, DRA)
 label_model_key = "accelerator"                # the short model label: accelerator=nvidia-a100
 label_model_prefix = "nvidia-"
 # plugin_config = {                            # the plugin's own config file (NVIDIA's v1 format), carried by

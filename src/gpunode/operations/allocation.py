@@ -1,0 +1,131 @@
+"""Operations of a node's GPU allocation method (``gpu_allocation``): the device plugin or gpunode's DRA driver.
+
+One method per node, never both: which of gpunode's DaemonSets runs there follows the node's label
+(``gpunode.io/device-plugin`` or ``gpunode.io/dra-driver``, set by the labels step). A node that changes method
+is cordoned and drained of its GPU pods first (pods holding GPUs through the old method would otherwise share
+them with pods the new one places), relabelled, and uncordoned once the new method offers its GPUs. A node on
+the DRA driver is proven by its ResourceSlice, as a device-plugin node is by its allocatable count.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyinfra import host
+from pyinfra.api import Host, operation
+
+from gpunode.cluster.client import ClusterSettings
+from gpunode.cluster.labels import METHOD_LABELS
+from gpunode.diagnosis import Verdict
+from gpunode.diagnosis.device_plugin import DRA_DRIVER, dra_offer
+from gpunode.errors import GpunodeError
+from gpunode.facts.claims import read_node_devices
+from gpunode.facts.labels import read_node
+from gpunode.operations import control_command, failing_command
+from gpunode.operations.labels import node_of_run
+from gpunode.operations.reboot import evict_gpu_pods, set_unschedulable
+from gpunode.operations.run_state import host_run
+
+POLL_SECONDS = 1.0
+
+
+def switching_from(labels: dict[str, str], method: str) -> str | None:
+    """The other method a node's live labels place on it while ``method`` is wanted, or None."""
+    for other, label in METHOD_LABELS.items():
+        if other != method and labels.get(label) == "true":
+            return other
+    return None
+
+
+def cordon_and_drain(target: Host, settings: ClusterSettings, node: str, reason: str, timeout: int) -> None:
+    set_unschedulable(target, settings, node, True, reason)
+    evict_gpu_pods(target, settings, node, timeout)
+
+
+@operation()
+def drained_for_switch(node_name: str, method: str, settings: ClusterSettings, timeout: int):
+    """
+    Cordon the node and evict its GPU pods where it changes allocation method (before its labels move).
+
+    + node_name: the Node's name
+    + method: the method the inventory wants (gpu_allocation)
+    + settings: which cluster
+    + timeout: seconds for the evictions (PodDisruptionBudgets respected)
+    """
+    try:
+        node = node_of_run(settings, node_name)
+    except GpunodeError as error:
+        yield failing_command(str(error))
+        return
+    old = switching_from(node.labels, method) if node.exists else None
+    if old is None:
+        host.noop(f"node {node_name}: allocation method unchanged")
+        return
+    reason = f"gpunode: moving from {old} to {method} (gpu_allocation)"
+    host_run(host).switching = reason
+    yield control_command(cordon_and_drain, settings, node_name, reason, timeout)
+
+
+def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: list[dict], namespace: str) -> None:
+    """Until the node's ResourceSlice from gpunode's driver lists its GPUs and no device plugin offers them."""
+    deadline = time.monotonic() + settings.allocatable_timeout
+    while True:
+        current = read_node(settings, node)
+        devices = read_node_devices(settings, node, DRA_DRIVER)
+        findings = dra_offer(current, gpus, devices, namespace)
+        offered_by_plugin = current.allocatable.get("nvidia.com/gpu", "0") not in ("0", "")
+        if (findings[0].state is Verdict.OK or findings[0].code == "node-cordoned") and not offered_by_plugin:
+            target.log(f"{node}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
+            return
+        if time.monotonic() > deadline:
+            finding = findings[0]
+            if finding.state is Verdict.OK or finding.code == "node-cordoned":  # the slice is there: the plugin lingers
+                raise GpunodeError(f"{node} still offers nvidia.com/gpu="
+                                   f"{current.allocatable.get('nvidia.com/gpu')} from a device plugin after "
+                                   f"{settings.allocatable_timeout} s, beside its ResourceSlice",
+                                   f"kubectl -n {namespace} get pods -o wide --field-selector spec.nodeName={node}: "
+                                   "gpunode's device plugin must leave the node (its label "
+                                   f"{METHOD_LABELS['device-plugin']} removed by deploys/labels.py), as must NVIDIA's")
+            raise GpunodeError(f"{finding.what} (after {settings.allocatable_timeout} s)\n  evidence: "
+                               + "\n            ".join(finding.evidence), finding.fix)
+        time.sleep(POLL_SECONDS)
+
+
+@operation()
+def dra_offered(node_name: str, gpus: list[dict], namespace: str, settings: ClusterSettings):
+    """
+    Check that gpunode's DRA driver offers the node's GPUs (its ResourceSlice), waiting up to
+    ``allocatable_timeout`` for the driver's pod; then uncordon a node this run moved to DRA.
+
+    + node_name: the Node's name
+    + gpus: the driver facts' GPU rows
+    + namespace: the driver's namespace
+    + settings: which cluster
+    """
+    switching = host_run(host).switching
+    try:
+        devices = read_node_devices(settings, node_name, DRA_DRIVER)
+        node = node_of_run(settings, node_name)
+    except GpunodeError as error:
+        yield failing_command(str(error))
+        return
+    findings = dra_offer(node, gpus, devices, namespace)
+    if not switching and findings[0].state is Verdict.OK and node.allocatable.get("nvidia.com/gpu", "0") == "0":
+        host.noop(f"node {node_name}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
+        return
+    yield control_command(wait_dra_offer, settings, node_name, gpus, namespace)
+
+
+@operation()
+def uncordoned_after_switch(node_name: str, settings: ClusterSettings):
+    """
+    Uncordon a node this run moved to another allocation method, once that method offers its GPUs.
+
+    + node_name: the Node's name
+    + settings: which cluster
+    """
+    if host_run(host).switching is None:
+        host.noop("no allocation method change")
+        return
+    yield control_command(set_unschedulable, settings, node_name, False)
+
