@@ -319,12 +319,14 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migr
     """Print the Kubernetes manifests gpunode applies for INVENTORY (device-plugin DaemonSet and friends).
 
     Reads plugin_image, plugin_namespace, plugin_mig_strategy, plugin_device_list_strategy,
-    nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py). A plugin_image by
+    nvidia_runtime_default and templates_dir from the inventory's data (group_data/all.py), and the DRA driver's
+    objects where a host has gpu_allocation = dra. A plugin_image by
     tag is pinned to the digest the tag has in its registry (skopeo, with plugin_registry_cert_dir and the
     registry user), as the deploy pins it; where that cannot be read, the tag stays and stderr says why.
 
     With --rbac, the permissions gpunode's cluster steps, verify and doctor need and nothing more: the plugin's
-    namespace, a ClusterRole and a Role in that namespace, bound to SUBJECT. An admin applies them once; then
+    namespace, a ClusterRole and a Role in that namespace, bound to SUBJECT, then the rights of gpunode's own pods
+    (the node checker, the DRA driver) for their ServiceAccounts. An admin applies them once; then
     point kubeconfig / kube_context at that identity.
 
     \b
@@ -332,13 +334,15 @@ def render(inventory: str, data: tuple[str, ...], rbac: bool, subject: str, migr
       gpunode render inventories/prod.py | kubectl apply --dry-run=server -f -
       gpunode render inventories/prod.py --rbac --subject User:gpunode | kubectl apply -f -
     """
+    from dataclasses import replace
+
     from gpunode.cluster.manifests import render as render_manifests
     from gpunode.cluster.rbac import render as render_rbac
-    from gpunode.host_settings import settings_of
+    from gpunode.host_settings import settings_of, uses_dra
     from gpunode.verify.targets import load_inventory, parse_data
 
     targets = load_inventory(inventory, data=parse_data(list(data)))
-    settings = settings_of(targets[0]).manifests
+    settings = replace(settings_of(targets[0]).manifests, dra_driver=uses_dra(targets))
     if not rbac and not no_pin:
         from gpunode.operations.device_plugin import pinned_manifests
 

@@ -63,6 +63,18 @@ def dra_needs(parsed: HostSettings) -> None:
                            "device-plugin")
 
 
+def uses_dra(holders: Any) -> bool:
+    """True when some host has gpu_allocation = dra: the DRA driver's objects are then rendered and applied too.
+    A host with bad data is left out (its own steps fail it with why)."""
+    for each in holders:
+        try:
+            if settings_of(each).labels.allocation == "dra":
+                return True
+        except GpunodeError:
+            continue
+    return False
+
+
 def settings_of(holder: Any) -> HostSettings:
     """The settings of a host object with a ``data`` attribute, parsed on first use and kept on it."""
     found = getattr(holder, ATTRIBUTE, None)

@@ -13,12 +13,15 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Secret, ServiceAccount
 from lightkube.resources.node_v1 import RuntimeClass
+from lightkube.resources.resource_v1 import DeviceClass
 from pyinfra import host
 from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import FIELD_MANAGER, ClusterSettings, api_call, get_or_none
 from gpunode.cluster.manifests import CHECKER, NODE_SETTINGS, PULL_SECRET, RUNTIME_CLASS
 from gpunode.cluster.plugin_config import CONFIG_MAP
+from gpunode.cluster.rbac import DRA_CLASSES
+from gpunode.diagnosis.device_plugin import DRA_DAEMONSET
 from gpunode.facts.backups import Backups
 from gpunode.facts.device_plugin import DAEMONSET
 from gpunode.facts.labels import read_node
@@ -69,7 +72,8 @@ def cluster_objects(settings: ClusterSettings, namespace: str) -> list[tuple[typ
     wanted = [(DaemonSet, DAEMONSET, namespace), (DaemonSet, CHECKER, namespace), (ConfigMap, CONFIG_MAP, namespace),
               (ConfigMap, NODE_SETTINGS, namespace), (ServiceAccount, DAEMONSET, namespace),
               (ServiceAccount, CHECKER, namespace), (Secret, PULL_SECRET, namespace),
-              (RuntimeClass, RUNTIME_CLASS, None)]
+              (RuntimeClass, RUNTIME_CLASS, None), (DaemonSet, DRA_DAEMONSET, namespace),
+              (ServiceAccount, DRA_DAEMONSET, namespace), *((DeviceClass, name, None) for name in DRA_CLASSES)]
 
     def read(client: object) -> list[tuple[type, str, str | None]]:
         return [(kind, name, ns) for kind, name, ns in wanted
@@ -90,7 +94,8 @@ def delete_objects(target: Host, settings: ClusterSettings, objects: list[tuple[
 def cluster_objects_deleted(namespace: str, settings: ClusterSettings):
     """
     Delete the device plugin's DaemonSet, ConfigMap, ServiceAccount and pull Secret, the node checker's
-    DaemonSet, settings and ServiceAccount, and the ``nvidia`` RuntimeClass, where gpunode's field manager applied
+    DaemonSet, settings and ServiceAccount, the DRA driver's DaemonSet, ServiceAccount and DeviceClasses, and the
+    ``nvidia`` RuntimeClass, where gpunode's field manager applied
     them (the checker's own records and Node conditions stay: they are its, and go stale). The namespace stays (an
     admin created it with gpunode's RBAC).
 

@@ -10,23 +10,12 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.manifests import manifest_documents, node_settings_document
 from gpunode.errors import GpunodeError
-from gpunode.host_settings import settings_of
+from gpunode.host_settings import settings_of, uses_dra
 from gpunode.operations import allocation, device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.operations.labels import nvidia_serves
 from gpunode.settings import NodeSettings
 from gpunode.steps.driver import node_name
-
-
-def dra_in_run(hosts: Any) -> bool:
-    """True when some inventory host has gpu_allocation = dra: the DRA driver's objects are then applied too."""
-    for each in hosts:
-        try:
-            if settings_of(each).labels.allocation == "dra":
-                return True
-        except GpunodeError:
-            continue
-    return False
 
 
 def checker_settings(hosts: Any) -> dict[str, dict]:
@@ -55,7 +44,7 @@ def device_plugin_rollout() -> None:
         return
     manifests = device_plugin.pinned_manifests(parsed.manifests, parsed.registry,
                                                lambda line: logger.info(f"--> {line}"))
-    if dra_in_run(host.state.inventory):
+    if uses_dra(host.state.inventory):
         manifests = replace(manifests, dra_driver=True)
     documents = manifest_documents(manifests)
     if manifests.checker_image:  # the node checker's DaemonSet is in them: each node's settings beside it
