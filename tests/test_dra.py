@@ -412,7 +412,8 @@ def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dic
 def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict) -> None:
     """The driver's DaemonSet moved off node01 (a node selector no node has) with its ResourceSlice left: the
     scheduler still allocates the claim, the kubelet cannot have it prepared; doctor --pod quotes the kubelet's
-    FailedPrepareDynamicResources event and points at the driver's pod on the node. The driver put back after."""
+    FailedPrepareDynamicResources event and points at the driver's pod on the node. Once the kubelet has dropped
+    the slice, doctor names the node's link (no ResourceSlice from the driver). The driver put back after."""
     client = api(dra)
     wait_for(lambda: the_slice(client), 120, "the driver's ResourceSlice")
     away = {"spec": {"template": {"spec": {"nodeSelector": {"gpunode.io/no-such-node": "true"}}}}}
@@ -440,6 +441,16 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
             assert DRIVER in evidence and "node01" in found[0]["fix"], found[0]
         finally:
             client.delete(Pod, "orphan", namespace="default", grace_period=0)
+        # the kubelet drops the slices of a driver that stays unregistered: then the node's own link fails
+        wait_for(lambda: the_slice(client) is None, 180, "the kubelet to remove the driver's ResourceSlice")
+        result = gpunode("doctor", INVENTORY, "--json", *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"],
+                         check=False)
+        report = json.loads(result.stdout)
+        found = [p for p in report["problems"] if p["subject"] == "node01" and p["link"] == "device_plugin"]
+        assert found and found[0]["code"] == "dra-slice-missing", report
+        print(f"doctor: {found[0]['what']}")
+        assert f"spec.driver={DRIVER}: 0 device(s)" in found[0]["evidence"][0], found[0]
+        assert "gpunode-dra-driver" in found[0]["fix"], found[0]
     finally:
         back = {"spec": {"template": {"spec": {"nodeSelector": {"gpunode.io/no-such-node": None}}}}}
         client.patch(DaemonSet, NAME, back, namespace=NAMESPACE)
