@@ -5,18 +5,20 @@ DRA node needs."""
 from __future__ import annotations
 
 import pytest
-from gpunode_plugin.dra_devices import DRIVER, device_classes
+from gpunode_plugin.dra_devices import DRIVER, device_classes, slice_name
 
 from gpunode.cluster import rbac
 from gpunode.cluster.labels import DRA_LABEL, PLUGIN_LABEL, LabelSettings, gpu_labels
 from gpunode.cluster.manifests import ManifestSettings, documents, render
 from gpunode.diagnosis import Verdict
-from gpunode.diagnosis.device_plugin import DRA_DRIVER, dra_offer
+from gpunode.diagnosis.device_plugin import DRA_DRIVER, dra_offer, dra_slice_name
 from gpunode.errors import GpunodeError
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.host_settings import HostSettings
 from gpunode.operations.allocation import switching_from
+from gpunode.steps.device_plugin import checker_settings
 from gpunode.verify.checks import ClusterView
+from gpunode.verify.targets import Target
 
 GPU = {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "driver_version": "550.54.15", "memory_mib": 81920,
        "compute_cap": "8.0", "mig_mode": "Disabled"}
@@ -154,3 +156,13 @@ def test_verify_judges_a_dra_nodes_link_by_its_slice(node: NodeLabelsState, offe
     link = results["device_plugin"]
     assert link.state is state, link
     assert [f.code for f in link.findings if f.state is not Verdict.OK][:1] == ([code] if code else [])
+
+
+def test_the_node_checker_knows_a_dra_node_and_reads_its_slice_by_name() -> None:
+    per_node = checker_settings([Target("node01", dict(DRA_NODE), []), Target("node02", {}, [])])
+    assert per_node["node01"]["gpu_allocation"] == "dra" and "gpu_allocation" not in per_node["node02"]
+    assert HostSettings.from_data(per_node["node01"]).labels.allocation == "dra"  # as the checker parses it
+    assert dra_slice_name("node01") == slice_name("node01")
+    rules = next(d for d in documents(rbac.render("gpunode-system"))
+                 if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpunode-node-checker")["rules"]
+    assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get"]} in rules

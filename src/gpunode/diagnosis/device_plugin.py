@@ -221,6 +221,11 @@ def with_node_warnings(findings: list[Finding], node: str, warnings: tuple[str, 
 # vendor's driver on the same node offers other devices, not these GPUs)
 DRA_DRIVER = "gpu.gpunode.io"  # gpunode's DRA driver (gpunode_plugin.dra_devices.DRIVER; a test keeps them equal)
 DRA_DAEMONSET = "gpunode-dra-driver"
+
+
+def dra_slice_name(node: str) -> str:
+    """The name of the one ResourceSlice gpunode's DRA driver writes for ``node`` (gpunode_plugin's slice_name)."""
+    return f"{node}-{DRA_DRIVER}"
 GPU_DRA_DRIVERS = (DRA_DRIVER, "gpu.nvidia.com")
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-from gpunode.cluster.client import ClusterSettings, api_call
+from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
 from gpunode.errors import GpunodeError
 
 
@@ -126,6 +126,13 @@ def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
                                         lambda client: [s.to_dict() for s in client.list(ResourceSlice)]))
     except GpunodeError:
         return {}
+
+
+def read_slice_devices(settings: ClusterSettings, name: str) -> list[str]:
+    """The device names of the ResourceSlice ``name`` (one GET; [] when there is none)."""
+    found = api_call(settings, f"read ResourceSlice {name}", lambda client: get_or_none(client, ResourceSlice, name))
+    spec = (found.to_dict().get("spec") or {}) if found is not None else {}
+    return sorted(str(d.get("name")) for d in spec.get("devices") or [])
 
 
 def read_node_devices(settings: ClusterSettings, node: str, driver: str) -> list[str]:

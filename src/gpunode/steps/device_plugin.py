@@ -8,6 +8,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api.deploy import deploy
 
+from gpunode.cluster.labels import LabelSettings
 from gpunode.cluster.manifests import manifest_documents, node_settings_document
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import settings_of, uses_dra
@@ -29,9 +30,11 @@ def checker_settings(hosts: Any) -> dict[str, dict]:
             parsed = settings_of(each)
         except GpunodeError:
             continue
-        per_node[parsed.cluster.k8s_node_name or each.name] = {
-            f.name: getattr(parsed.node, f.name) for f in fields(NodeSettings)
-            if getattr(parsed.node, f.name) != getattr(defaults, f.name)}
+        values = {f.name: getattr(parsed.node, f.name) for f in fields(NodeSettings)
+                  if getattr(parsed.node, f.name) != getattr(defaults, f.name)}
+        if parsed.labels.allocation != LabelSettings().allocation:  # its device_plugin link is judged by its slice
+            values["gpu_allocation"] = parsed.labels.allocation
+        per_node[parsed.cluster.k8s_node_name or each.name] = values
     return per_node
 
 

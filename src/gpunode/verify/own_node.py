@@ -5,14 +5,16 @@ controller judging all nodes; on every node at every interval the same lists wou
 square of the fleet. This view reads only what concerns its node: its Node, the plugin's DaemonSet, the plugin pod
 bound to it and the pods of NVIDIA's DaemonSets bound to it (both lists filtered by the node, as the kubelet reads
 its own pods). The nodes' Warning events are not read: they add words to a finding that stands without them. Nor
-are the ResourceSlices: a node offered by a device plugin and a DRA driver at once is judged by ``gpunode verify``
-and ``doctor`` from one list of every slice, not by every node at every interval (nor does the checker's identity
-have the right to list them).
+is the list of ResourceSlices: a node offered by a device plugin and a DRA driver at once is judged by ``gpunode
+verify`` and ``doctor`` from one list of every slice, not by every node at every interval (nor does the checker's
+identity have the right to list them); a node on gpunode's DRA driver has its own slice read by name.
 """
 
 from __future__ import annotations
 
 from gpunode.cluster.client import ClusterSettings
+from gpunode.diagnosis.device_plugin import dra_slice_name
+from gpunode.facts.claims import read_slice_devices
 from gpunode.facts.coexistence import ForeignDaemonSet, read_foreign_on
 from gpunode.facts.device_plugin import PluginPodState, being_deleted, plugin_pod_state, read_plugin_pod_on
 from gpunode.facts.labels import NodeLabelsState, read_node
@@ -49,7 +51,8 @@ class OwnNodeView(ClusterView):
         return {}
 
     def dra_devices(self, settings: ClusterSettings, node: str) -> list[str] | None:
-        return None
+        """Its own node's slice from gpunode's DRA driver, read by name (one GET, no list of every slice)."""
+        return read_slice_devices(settings, dra_slice_name(node))
 
     def plugin_pod(self, settings: ClusterSettings, namespace: str, node: str,
                    read_log: bool = False) -> PluginPodState:
