@@ -22,8 +22,9 @@ from gpunode.errors import GpunodeError
 from gpunode.facts.claims import read_node_devices
 from gpunode.facts.labels import read_node
 from gpunode.operations import control_command, failing_command
+from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import node_of_run
-from gpunode.operations.reboot import evict_gpu_pods, set_unschedulable
+from gpunode.operations.reboot import evict_gpu_pods, fresh_driver_state, set_unschedulable
 from gpunode.operations.run_state import host_run
 
 POLL_SECONDS = 1.0
@@ -66,8 +67,13 @@ def drained_for_switch(node_name: str, method: str, settings: ClusterSettings, t
     yield control_command(cordon_and_drain, settings, node_name, reason, timeout)
 
 
-def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: list[dict], namespace: str) -> None:
-    """Until the node's ResourceSlice from gpunode's driver lists its GPUs and no device plugin offers them."""
+def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: list[dict] | None,
+                   namespace: str) -> None:
+    """Until the node's ResourceSlice from gpunode's driver lists its GPUs (``None``: the GPUs read after this run's
+    reboot) and no device plugin offers them."""
+    if gpus is None:
+        state = fresh_driver_state(target)
+        gpus = state["nvidia_smi"]["gpus"] if state else []
     deadline = time.monotonic() + settings.allocatable_timeout
     while True:
         current = read_node(settings, node)
@@ -92,17 +98,23 @@ def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: lis
 
 
 @operation()
-def dra_offered(node_name: str, gpus: list[dict], namespace: str, settings: ClusterSettings):
+def dra_offered(node_name: str, gpus: list[dict] | None, namespace: str, settings: ClusterSettings):
     """
     Check that gpunode's DRA driver offers the node's GPUs (its ResourceSlice), waiting up to
     ``allocatable_timeout`` for the driver's pod; then uncordon a node this run moved to DRA.
 
     + node_name: the Node's name
-    + gpus: the driver facts' GPU rows
+    + gpus: the driver facts' GPU rows (None: no working driver when the run began)
     + namespace: the driver's namespace
     + settings: which cluster
     """
     switching = host_run(host).switching
+    if reboot_planned(host):  # the GPUs of after the reboot, read then
+        yield control_command(wait_dra_offer, settings, node_name, None, namespace)
+        return
+    if gpus is None:
+        host.noop(f"node {node_name}: no GPUs to check")
+        return
     try:
         devices = read_node_devices(settings, node_name, DRA_DRIVER)
         node = node_of_run(settings, node_name)

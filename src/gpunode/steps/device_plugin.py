@@ -63,7 +63,7 @@ def device_plugin_rollout() -> None:
         return
     name = node_name(settings)
     if parsed.labels.allocation == "dra":  # gpunode's DRA driver serves the node: its ResourceSlice is the proof
-        allocation.dra_offered(name="Check the node's GPUs in its ResourceSlice", node_name=name, gpus=gpus,
+        allocation.dra_offered(name="Check the node's GPUs in its ResourceSlice", node_name=name, gpus=gpus or None,
                                namespace=manifests.namespace, settings=settings)
         allocation.uncordoned_after_switch(name="Uncordon the node moved to DRA", node_name=name, settings=settings)
         return
