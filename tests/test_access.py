@@ -185,11 +185,12 @@ def test_gpunode_runs_as_exactly_the_rules_render_rbac_prints(fleet: dict) -> No
     assert kubectl(fleet, "auth", "can-i", "patch", "nodes").stdout.strip() == "yes"
     printed = list(yaml.safe_load_all(gpunode("render", INVENTORY, "--rbac", "--subject", f"User:{OPERATOR_USER}",
                                               env=fleet["env"]).stdout))
-    # gpunode's own rules, then the node checker's (its ServiceAccount's rights and its own-node policy)
+    # gpunode's own rules, then the node checker's (its ServiceAccount's rights and its own-node policy), then the
+    # DRA driver's
     assert [d["kind"] for d in printed] == ["Namespace", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
                                             "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Role",
                                             "RoleBinding", "ValidatingAdmissionPolicy",
-                                            "ValidatingAdmissionPolicyBinding"]
+                                            "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding"]
     for document in printed:
         if document["kind"] not in ("ClusterRole", "Role"):
             continue

@@ -211,7 +211,9 @@ def test_the_checkers_rights_are_printed_with_gpunodes_own_and_limited_to_its_no
     role = by_name[("ClusterRole", "gpunode-node-checker")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
                              {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
-                             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+                             {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                             # a DRA node's own slice, by name (NODE-gpu.gpunode.io): never a list
+                             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get"]}]
     assert {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in
             by_name[("Role", "gpunode-node-checker")]["rules"]} == {
         ("", "configmaps"): ["get", "create", "patch"], ("apps", "daemonsets"): ["get"], ("", "pods/log"): ["get"],
