@@ -128,11 +128,15 @@ def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
         return {}
 
 
+def device_names(slices: list[dict]) -> list[str]:
+    """The names of every device the ``slices`` list, sorted."""
+    return device_names(slices)
+
+
 def read_slice_devices(settings: ClusterSettings, name: str) -> list[str]:
     """The device names of the ResourceSlice ``name`` (one GET; [] when there is none)."""
     found = api_call(settings, f"read ResourceSlice {name}", lambda client: get_or_none(client, ResourceSlice, name))
-    spec = (found.to_dict().get("spec") or {}) if found is not None else {}
-    return sorted(str(d.get("name")) for d in spec.get("devices") or [])
+    return device_names([found.to_dict()] if found is not None else [])
 
 
 def read_node_devices(settings: ClusterSettings, node: str, driver: str) -> list[str]:

@@ -16,11 +16,11 @@ from pyinfra.api import Host, operation
 
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import METHOD_LABELS
-from gpunode.diagnosis import Verdict
-from gpunode.diagnosis.device_plugin import DRA_DRIVER, dra_offer
+from gpunode.diagnosis import Finding, Verdict
+from gpunode.diagnosis.device_plugin import DRA_DRIVER, allocatable_gpus, dra_offer
 from gpunode.errors import GpunodeError
 from gpunode.facts.claims import read_node_devices
-from gpunode.facts.labels import read_node
+from gpunode.facts.labels import NodeLabelsState, read_node
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
 from gpunode.operations.labels import node_of_run
@@ -67,6 +67,14 @@ def drained_for_switch(node_name: str, method: str, settings: ClusterSettings, t
     yield control_command(cordon_and_drain, settings, node_name, reason, timeout)
 
 
+def dra_served(node: NodeLabelsState, gpus: list[dict], devices: list[str], namespace: str) -> tuple[bool, Finding]:
+    """(whether the node is served by gpunode's DRA driver alone, the judgement): its slice lists its GPUs (a
+    cordon aside, which the switch lifts after) and no device plugin offers nvidia.com/gpu beside it."""
+    finding = dra_offer(node, gpus, devices, namespace)[0]
+    listed = finding.state is Verdict.OK or finding.code == "node-cordoned"
+    return listed and not allocatable_gpus(node), finding
+
+
 def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: list[dict] | None,
                    namespace: str) -> None:
     """Until the node's ResourceSlice from gpunode's driver lists its GPUs (``None``: the GPUs read after this run's
@@ -78,14 +86,12 @@ def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: lis
     while True:
         current = read_node(settings, node)
         devices = read_node_devices(settings, node, DRA_DRIVER)
-        findings = dra_offer(current, gpus, devices, namespace)
-        offered_by_plugin = current.allocatable.get("nvidia.com/gpu", "0") not in ("0", "")
-        if (findings[0].state is Verdict.OK or findings[0].code == "node-cordoned") and not offered_by_plugin:
+        served, finding = dra_served(current, gpus, devices, namespace)
+        if served:
             target.log(f"{node}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
             return
         if time.monotonic() > deadline:
-            finding = findings[0]
-            if finding.state is Verdict.OK or finding.code == "node-cordoned":  # the slice is there: the plugin lingers
+            if finding.state is Verdict.OK or finding.code == "node-cordoned":  # the slice is there: a plugin lingers
                 raise GpunodeError(f"{node} still offers nvidia.com/gpu="
                                    f"{current.allocatable.get('nvidia.com/gpu')} from a device plugin after "
                                    f"{settings.allocatable_timeout} s, beside its ResourceSlice",
@@ -121,8 +127,8 @@ def dra_offered(node_name: str, gpus: list[dict] | None, namespace: str, setting
     except GpunodeError as error:
         yield failing_command(str(error))
         return
-    findings = dra_offer(node, gpus, devices, namespace)
-    if not switching and findings[0].state is Verdict.OK and node.allocatable.get("nvidia.com/gpu", "0") == "0":
+    served, finding = dra_served(node, gpus, devices, namespace)
+    if not switching and served and finding.state is Verdict.OK:
         host.noop(f"node {node_name}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
         return
     yield control_command(wait_dra_offer, settings, node_name, gpus, namespace)

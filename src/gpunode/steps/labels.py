@@ -40,4 +40,4 @@ def node_labels() -> None:
                                       node_name=node_name(settings), method=parsed.labels.allocation,
                                       settings=settings, timeout=parsed.node.reboot_timeout)
     labels.applied(name="Label the Kubernetes node by its GPUs", node_name=node_name(settings),
-                   labels=desired_labels(), settings=settings, label_settings=settings_of(host).labels)
+                   labels=desired_labels(), settings=settings, label_settings=parsed.labels)
