@@ -13,6 +13,7 @@ from gpunode.cluster.manifests import ManifestSettings, documents, render
 from gpunode.diagnosis import Verdict
 from gpunode.diagnosis.device_plugin import DRA_DRIVER, dra_offer, dra_slice_name
 from gpunode.errors import GpunodeError
+from gpunode.facts import claims
 from gpunode.facts.labels import NodeLabelsState
 from gpunode.host_settings import HostSettings
 from gpunode.operations.allocation import switching_from
@@ -132,7 +133,7 @@ class FakeCluster(ClusterView):
     def foreign(self, settings: object) -> list:
         return []
 
-    def offered(self, settings: object) -> dict:
+    def slice_list(self, settings: object) -> dict | GpunodeError:
         return self.the_offer
 
 
@@ -146,6 +147,9 @@ def dra_node(**changes: object) -> NodeLabelsState:
     (dra_node(), {}, Verdict.FINDING, "dra-slice-missing"),
     (dra_node(allocatable={"nvidia.com/gpu": "2"}), {"node01": {DRA_DRIVER: ["node01/gpu-0", "node01/gpu-1"]}},
      Verdict.FINDING, "offered-twice"),
+    # the slices could not be listed (RBAC): the API's refusal, never "no devices"
+    (dra_node(), GpunodeError("cannot list the ResourceSlices: forbidden", "re-apply gpunode render --rbac"),
+     Verdict.FINDING, "cluster-unreadable"),
 ])
 def test_verify_judges_a_dra_nodes_link_by_its_slice(node: NodeLabelsState, offered: dict, state: Verdict,
                                                      code: str | None) -> None:
@@ -166,3 +170,23 @@ def test_the_node_checker_knows_a_dra_node_and_reads_its_slice_by_name() -> None
     rules = next(d for d in documents(rbac.render("gpunode-system"))
                  if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "gpunode-node-checker")["rules"]
     assert {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["get"]} in rules
+
+
+def test_the_node_checker_reads_its_own_slices_device_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OwnNodeView's one GET by name, through the same helper verify's list uses."""
+
+    class Slice:
+        def to_dict(self) -> dict:
+            return {"spec": {"nodeName": "node01", "devices": [{"name": "gpu-1"}, {"name": "gpu-0"}]}}
+
+    class Client:
+        def get(self, resource: object, name: str, namespace: str | None = None) -> Slice:
+            asked.append(name)
+            return Slice()
+
+    asked: list[str] = []
+    monkeypatch.setattr(claims, "api_call", lambda settings, action, call: call(Client()))
+    assert claims.read_slice_devices(HostSettings.from_data(DRA_NODE).cluster, dra_slice_name("node01")) == [
+        "gpu-0", "gpu-1"]
+    assert asked == [dra_slice_name("node01")]
+    assert claims.device_names([{"spec": {}}, {"spec": {"devices": [{"name": "b"}, {"name": "a"}]}}]) == ["a", "b"]

@@ -17,7 +17,6 @@ from typing import Any
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from gpunode.cluster.client import ClusterSettings, api_call, get_or_none
-from gpunode.errors import GpunodeError
 
 
 @dataclass(frozen=True)
@@ -119,18 +118,15 @@ def read(client: Any, namespace: str, pod: dict) -> DraView | None:
 
 
 def read_offered(settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
-    """What every node's ResourceSlices offer (node -> driver -> devices), in one list call; empty where the
-    cluster has no DRA API or it cannot be read (it only adds a finding where a node is offered twice)."""
-    try:
-        return offered_devices(api_call(settings, "list the ResourceSlices",
-                                        lambda client: [s.to_dict() for s in client.list(ResourceSlice)]))
-    except GpunodeError:
-        return {}
+    """What every node's ResourceSlices offer (node -> driver -> devices), in one list call; a GpunodeError where
+    they cannot be read (no DRA API, RBAC): the caller decides whether that matters."""
+    return offered_devices(api_call(settings, "list the ResourceSlices",
+                                    lambda client: [s.to_dict() for s in client.list(ResourceSlice)]))
 
 
 def device_names(slices: list[dict]) -> list[str]:
     """The names of every device the ``slices`` list, sorted."""
-    return device_names(slices)
+    return sorted(str(d.get("name")) for s in slices for d in (s.get("spec") or {}).get("devices") or [])
 
 
 def read_slice_devices(settings: ClusterSettings, name: str) -> list[str]:
@@ -145,4 +141,4 @@ def read_node_devices(settings: ClusterSettings, node: str, driver: str) -> list
     slices = api_call(settings, f"list the ResourceSlices of node {node}",
                       lambda client: [s.to_dict() for s in client.list(
                           ResourceSlice, fields={"spec.nodeName": node, "spec.driver": driver})])
-    return sorted(str(d.get("name")) for s in slices for d in (s.get("spec") or {}).get("devices") or [])
+    return device_names(slices)

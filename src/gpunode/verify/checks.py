@@ -93,7 +93,7 @@ class ClusterView:
         self.plugin_pods: dict[tuple[str, str, str], dict[str, Pod]] = {}
         self.foreign_lists: dict[tuple[str, str], list[ForeignDaemonSet]] = {}
         self.warnings: dict[tuple[str, str], dict[str, tuple[str, ...]]] = {}
-        self.slices: dict[tuple[str, str], dict[str, dict[str, list[str]]]] = {}
+        self.slices: dict[tuple[str, str], dict[str, dict[str, list[str]]] | GpunodeError] = {}
         self.lock = threading.Lock()  # hosts are judged in parallel: each list is read once
 
     def rollout(self, settings: ClusterSettings, namespace: str) -> RolloutState:
@@ -119,18 +119,32 @@ class ClusterView:
                 self.foreign_lists[key] = read_foreign(settings)
             return self.foreign_lists[key]
 
-    def offered(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
-        """Each node's ResourceSlice devices per DRA driver, from one list per verification."""
+    def slice_list(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]] | GpunodeError:
+        """Each node's ResourceSlice devices per DRA driver, from one list per verification, or why they could
+        not be read."""
         key = (str(settings.kubeconfig_path), settings.kube_context)
         with self.lock:
             if key not in self.slices:
-                self.slices[key] = read_offered(settings)
+                try:
+                    self.slices[key] = read_offered(settings)
+                except GpunodeError as error:
+                    self.slices[key] = error
             return self.slices[key]
+
+    def offered(self, settings: ClusterSettings) -> dict[str, dict[str, list[str]]]:
+        """The slices' offer, empty where they cannot be read (no DRA API: the check of a node offered twice only
+        adds a finding, it never needs one)."""
+        listed = self.slice_list(settings)
+        return {} if isinstance(listed, GpunodeError) else listed
 
     def dra_devices(self, settings: ClusterSettings, node: str) -> list[str] | None:
         """The devices gpunode's DRA driver publishes for ``node``, from the one list of slices (None: this view
-        does not read ResourceSlices)."""
-        return sorted(entry.split("/", 1)[-1] for entry in self.offered(settings).get(node, {}).get(DRA_DRIVER, []))
+        does not read ResourceSlices); a DRA node's proof, so a list the API refused raises its GpunodeError (never
+        read as "no devices")."""
+        listed = self.slice_list(settings)
+        if isinstance(listed, GpunodeError):
+            raise listed
+        return sorted(entry.split("/", 1)[-1] for entry in listed.get(node, {}).get(DRA_DRIVER, []))
 
     def node_warnings(self, settings: ClusterSettings, name: str) -> tuple[str, ...]:
         """The node's recent Warning events, from one list per verification, read only once a link fails."""
