@@ -222,6 +222,35 @@ def test_the_deploy_moved_the_node_to_dra_through_a_drain(dra: dict, tmp_path: P
     assert any(f"spec.driver={DRIVER}: 4 device(s)" in line for line in link["proof"]), link
 
 
+def test_the_node_checker_proves_a_dra_nodes_link_by_its_own_slice(dra: dict, tmp_path: Path) -> None:
+    """The node checker on a DRA node (its settings carry gpu_allocation = dra) reads its own node's ResourceSlice
+    by name and publishes the device_plugin link True; verify --in-cluster reads that verdict, the slice its
+    proof."""
+    from gpunode.verify.node_conditions import CONDITIONS
+
+    from .test_whole_chain import CHECKER, wait_for_condition
+
+    with_checker = {**dra["env"], "GPUNODE_SIM_CHECKER": "on"}
+    deployed = gpunode("deploy", INVENTORY, "device_plugin", *DEPLOY, "--data", "gpu_allocation=dra",
+                       env=with_checker, check=False, timeout=900)
+    client = api(dra)
+    try:
+        assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-2000:]
+        status, reason, message = wait_for_condition(dra, "node01", CONDITIONS["device_plugin"], "True", 180)
+        assert reason == "Verified", (status, reason, message)
+        out = tmp_path / "in-cluster.json"
+        result = gpunode("verify", INVENTORY, "--in-cluster", "--json", str(out), *DEPLOY, "--data",
+                         "gpu_allocation=dra", env=dra["env"], check=False)
+        link = json.loads(out.read_text())["hosts"]["node01"]["device_plugin"]
+        assert result.returncode == 0 and link["state"] == "ok", result.stdout[-3000:]
+        assert any(f"spec.driver={DRIVER}: 4 device(s) (gpu-0, gpu-1, gpu-2, gpu-3)" in line
+                   for line in link["proof"]), link
+    finally:
+        client.delete(DaemonSet, CHECKER, namespace=NAMESPACE)
+        wait_for(lambda: not list(client.list(Pod, namespace=NAMESPACE,
+                                              labels={"app.kubernetes.io/name": CHECKER})), 90, "checker pods gone")
+
+
 @pytest.mark.parametrize("count", [1, 2])
 def test_a_pod_with_a_claim_template_sees_exactly_its_claimed_gpus(dra: dict, count: int) -> None:
     client = api(dra)

@@ -8,6 +8,7 @@ every later one: a bad host stays bad, and only that host.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,16 +64,18 @@ def dra_needs(parsed: HostSettings) -> None:
                            "device-plugin")
 
 
-def uses_dra(holders: Any) -> bool:
-    """True when some host has gpu_allocation = dra: the DRA driver's objects are then rendered and applied too.
-    A host with bad data is left out (its own steps fail it with why)."""
+def parsed_hosts(holders: Any) -> Iterator[tuple[Any, HostSettings]]:
+    """Each host object with its settings, leaving out a host whose data is bad (its own steps fail it with why)."""
     for each in holders:
         try:
-            if settings_of(each).labels.allocation == "dra":
-                return True
+            yield each, settings_of(each)
         except GpunodeError:
             continue
-    return False
+
+
+def uses_dra(holders: Any) -> bool:
+    """True when some host has gpu_allocation = dra: the DRA driver's objects are then rendered and applied too."""
+    return any(parsed.labels.allocation == "dra" for _, parsed in parsed_hosts(holders))
 
 
 def settings_of(holder: Any) -> HostSettings:

@@ -11,7 +11,7 @@ from pyinfra.api.deploy import deploy
 from gpunode.cluster.labels import LabelSettings
 from gpunode.cluster.manifests import manifest_documents, node_settings_document
 from gpunode.errors import GpunodeError
-from gpunode.host_settings import settings_of, uses_dra
+from gpunode.host_settings import parsed_hosts, settings_of, uses_dra
 from gpunode.operations import allocation, device_plugin
 from gpunode.operations.driver import driver_facts, gpu_present
 from gpunode.operations.labels import nvidia_serves
@@ -25,11 +25,7 @@ def checker_settings(hosts: Any) -> dict[str, dict]:
     steps fail it with why)."""
     defaults = NodeSettings()
     per_node = {}
-    for each in hosts:
-        try:
-            parsed = settings_of(each)
-        except GpunodeError:
-            continue
+    for each, parsed in parsed_hosts(hosts):
         values = {f.name: getattr(parsed.node, f.name) for f in fields(NodeSettings)
                   if getattr(parsed.node, f.name) != getattr(defaults, f.name)}
         if parsed.labels.allocation != LabelSettings().allocation:  # its device_plugin link is judged by its slice
