@@ -121,9 +121,11 @@ def last_words(lines: list[str]) -> tuple[str, ...]:
     return tuple((own or stripped)[-1:])
 
 
-def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str) -> PluginPodState:
+def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str, app: str = DAEMONSET) -> PluginPodState:
+    """The node's pod of gpunode's DaemonSet ``app`` (the device plugin's, or the DRA driver's)."""
     def find(client):
-        return list(client.list(Pod, namespace=namespace, labels=POD_SELECTOR, fields={"spec.nodeName": node}))
+        return list(client.list(Pod, namespace=namespace, labels={"app.kubernetes.io/name": app},
+                                fields={"spec.nodeName": node}))
 
     pods = api_call(settings, f"list plugin pods on {node}", find)
     return plugin_pod_state(settings, namespace, node, pods[0] if pods else None)

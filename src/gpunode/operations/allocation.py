@@ -17,9 +17,10 @@ from pyinfra.api import Host, operation
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import METHOD_LABELS
 from gpunode.diagnosis import Finding, Verdict
-from gpunode.diagnosis.device_plugin import DRA_DRIVER, allocatable_gpus, dra_offer
+from gpunode.diagnosis.device_plugin import DRA_DAEMONSET, DRA_DRIVER, allocatable_gpus, dra_offer
 from gpunode.errors import GpunodeError
 from gpunode.facts.claims import read_node_devices
+from gpunode.facts.device_plugin import read_plugin_pod
 from gpunode.facts.labels import NodeLabelsState, read_node
 from gpunode.operations import control_command, failing_command
 from gpunode.operations.driver import reboot_planned
@@ -83,10 +84,21 @@ def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: lis
         state = fresh_driver_state(target)
         gpus = state["nvidia_smi"]["gpus"] if state else []
     deadline = time.monotonic() + settings.allocatable_timeout
+    replaced = host_run(target).replaced  # the driver pod this run restarted: its slice proves nothing new
     while True:
         current = read_node(settings, node)
         devices = read_node_devices(settings, node, DRA_DRIVER)
         served, finding = dra_served(current, gpus, devices, namespace)
+        if served and replaced is not None:
+            pod = read_plugin_pod(settings, namespace, node, DRA_DAEMONSET)
+            served = pod.exists and pod.ready and pod.name != replaced
+            if not served:
+                finding = Finding(finding.step, Verdict.FINDING, f"{node}: the DRA driver pod that replaces "
+                                  f"{replaced} is not ready", [f"{DRA_DAEMONSET} pod on {node}: "
+                                                                f"{pod.name or '<none>'}, ready={pod.ready}"],
+                                  f"kubectl -n {namespace} describe pod -l app.kubernetes.io/name={DRA_DAEMONSET} "
+                                  f"--field-selector spec.nodeName={node} (its events and log say why)",
+                                  code="dra-driver-not-ready")
         if served:
             target.log(f"{node}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
             return
@@ -128,7 +140,7 @@ def dra_offered(node_name: str, gpus: list[dict] | None, namespace: str, setting
         yield failing_command(str(error))
         return
     served, finding = dra_served(node, gpus, devices, namespace)
-    if not switching and served and finding.state is Verdict.OK:
+    if not switching and not host_run(host).replugged and served and finding.state is Verdict.OK:
         host.noop(f"node {node_name}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
         return
     yield control_command(wait_dra_offer, settings, node_name, gpus, namespace)

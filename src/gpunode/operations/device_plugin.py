@@ -435,34 +435,35 @@ def wait_allocatable(target: Host, settings: ClusterSettings, node: str, gpus: l
 
 
 def restart_plugin_pod(target: Host, settings: ClusterSettings, node: str, namespace: str, previous: str | None,
-                       current: str | None) -> None:
+                       current: str | None, app: str = DAEMONSET) -> None:
     if current is None:
         state = fresh_driver_state(target)
         current = state["nvidia_smi"]["gpus"][0]["driver_version"] if state else None
     if previous is None or current is None or previous == current:
         return
-    pod = read_plugin_pod(settings, namespace, node)
+    pod = read_plugin_pod(settings, namespace, node, app)
     if not pod.exists:
         return
     api_call(settings, f"restart {namespace}/{pod.name}",
              lambda client: client.delete(Pod, pod.name, namespace=namespace))
     host_run(target).replaced = pod.name
-    target.log(f"driver {previous} -> {current}: restarted the device plugin ({pod.name}); its DaemonSet makes a "
-               "new one")
+    what = "the device plugin" if app == DAEMONSET else f"gpunode's DRA driver ({app})"
+    target.log(f"driver {previous} -> {current}: restarted {what} ({pod.name}); its DaemonSet makes a new one")
 
 
 @operation()
 def restarted_after_driver_change(node_name: str, namespace: str, settings: ClusterSettings,
-                                  driver_version: str | None):
+                                  driver_version: str | None, daemonset: str = DAEMONSET):
     """
-    Restart the node's device-plugin pod when its driver changed since gpunode last labelled the node
-    (the plugin keeps the old driver's libraries loaded until it restarts). The labels step of the same
-    run tells what the labels said before it updated them.
+    Restart the node's device-plugin pod (or DRA driver pod) when its driver changed since gpunode last labelled
+    the node (either keeps the old driver's libraries loaded until it restarts). The labels step of the same run
+    tells what the labels said before it updated them.
 
     + node_name: the Node's name
     + namespace: the plugin's namespace
     + settings: which cluster
     + driver_version: the driver the node runs now (None: no working driver when the run began)
+    + daemonset: whose pod (gpunode's device plugin, or its DRA driver on a gpu_allocation = dra node)
     """
     if reboot_planned(host):
         driver_version = None  # the driver of after the reboot, read then
@@ -480,7 +481,7 @@ def restarted_after_driver_change(node_name: str, namespace: str, settings: Clus
         host.noop(f"node {node_name}: driver {driver_version} unchanged")
         return
     host_run(host).replugged = True
-    yield control_command(restart_plugin_pod, settings, node_name, namespace, previous, driver_version)
+    yield control_command(restart_plugin_pod, settings, node_name, namespace, previous, driver_version, daemonset)
 
 
 @operation()

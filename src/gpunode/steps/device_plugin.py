@@ -10,6 +10,7 @@ from pyinfra.api.deploy import deploy
 
 from gpunode.cluster.labels import LabelSettings
 from gpunode.cluster.manifests import manifest_documents, node_settings_document
+from gpunode.diagnosis.device_plugin import DRA_DAEMONSET
 from gpunode.errors import GpunodeError
 from gpunode.host_settings import parsed_hosts, settings_of, uses_dra
 from gpunode.operations import allocation, device_plugin
@@ -59,6 +60,9 @@ def device_plugin_rollout() -> None:
         return
     name = node_name(settings)
     if parsed.labels.allocation == "dra":  # gpunode's DRA driver serves the node: its ResourceSlice is the proof
+        device_plugin.restarted_after_driver_change(
+            name="Restart the DRA driver on a changed driver", node_name=name, namespace=manifests.namespace,
+            settings=settings, driver_version=gpus[0]["driver_version"] if gpus else None, daemonset=DRA_DAEMONSET)
         allocation.dra_offered(name="Check the node's GPUs in its ResourceSlice", node_name=name, gpus=gpus or None,
                                namespace=manifests.namespace, settings=settings)
         allocation.uncordoned_after_switch(name="Uncordon the node moved to DRA", node_name=name, settings=settings)
