@@ -12,7 +12,11 @@ from gpunode_plugin.config import Config
 from gpunode_plugin.resources import LogicalDevice, Resource
 
 CONTAINER_DEVICES = "/var/run/nvidia-container-devices"
-CDI_KIND = "k8s.device-plugin.nvidia.com/gpu"
+# The CDI kind of the devices the CDI strategies name: the node's own spec's ("nvidia-ctk cdi generate" writes
+# nvidia.com/gpu, each GPU by index and by UUID, MIG devices as "GPU:MIG" and by their UUID). NVIDIA's plugin names
+# k8s.device-plugin.nvidia.com/gpu because it writes that spec itself; this plugin writes none, and a name of a
+# kind no spec defines fails every container ("unresolvable CDI devices").
+CDI_KIND = "nvidia.com/gpu"
 MAX_COMBINATIONS = 5000  # beyond this, a greedy choice keeps GetPreferredAllocation in milliseconds
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"  # the driver's capability minors (procfs: global, as NVIDIA reads)
