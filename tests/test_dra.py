@@ -515,3 +515,48 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
         client.patch(DaemonSet, NAME, back, namespace=NAMESPACE)
     wait_for(lambda: [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME})
                       if p.status.phase == "Running"], 120, "the driver back on node01")
+
+
+@pytest.mark.parametrize("strategy", ["cdi-cri", "cdi-annotations"])
+def test_a_cdi_strategy_hands_a_pod_its_gpu_through_the_nodes_own_spec(dra: dict, strategy: str) -> None:
+    """node01 back on the device plugin with a CDI device-list strategy: the plugin names the GPU in the kind of the
+    node's spec (nvidia.com/gpu, written by NVIDIA's nvidia-ctk cdi generate over the simulated NVML), the real
+    kubelet hands the name (a CRI CDI device, or the plugin's annotation) to containerd 1.7, which resolves it from
+    /etc/cdi and injects what NVIDIA's spec lists into a plain runc container: exactly that GPU's device node beside
+    the control nodes, the driver's library, and the links NVIDIA's nvidia-cdi-hook makes."""
+    client = api(dra)
+    deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
+                       f"plugin_device_list_strategy={strategy}", env=dra["env"], check=False, timeout=900)
+    assert deployed.returncode == 0, deployed.stdout[-4000:] + deployed.stderr[-2000:]
+    node = client.get(Node, "node01")
+    assert node.metadata.labels.get(PLUGIN_LABEL) == "true" and DRA_LABEL not in node.metadata.labels
+    spec = yaml.safe_load(ssh_ok(dra, "node01", "cat /etc/cdi/nvidia.yaml"))
+    assert spec["kind"] == "nvidia.com/gpu"
+    minors = {d["name"]: d["containerEdits"]["deviceNodes"][0]["path"] for d in spec["devices"]}
+    name = f"cdi-{strategy}"
+    body = gpu_pod(name, [], "ls /dev; readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; nvidia-smi -L")
+    del body["spec"]["resourceClaims"], body["spec"]["runtimeClassName"]  # runc: CDI alone gives the GPU
+    body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    client.create(codecs.from_dict(body))
+    try:
+        wait_for(lambda: client.get(Pod, name, namespace="default").status.phase in ("Succeeded", "Failed"), 120,
+                 f"pod {name} to finish")
+        pod = client.get(Pod, name, namespace="default")
+        log = "".join(client.log(name, namespace="default"))
+        events = [f"{e.reason}: {e.message}" for e in client.list(Event, namespace="default",
+                                                                  fields={"involvedObject.name": name})]
+        assert pod.status.phase == "Succeeded", (log, events)
+        listed = log.split()
+        gpus = sorted(entry for entry in listed if entry.startswith("nvidia") and entry[6:].isdigit())
+        assert len(gpus) == 1 and {"nvidiactl", "nvidia-uvm"} <= set(listed), log
+        assert f"/dev/{gpus[0]}" in minors.values(), (gpus, minors)
+        assert "libnvidia-ml.so." in log, log  # the link nvidia-cdi-hook create-symlinks made to the driver's file
+        # the driver's nvidia-smi, mounted by the spec, lists that one GPU (the simulated hardware reached through
+        # the driver's firmware folder the spec mounts too)
+        node_state = json.loads(ssh_ok(dra, "node01", "cat /etc/gpunode-sim/gpu.json"))
+        uuid = next(g["uuid"] for g in node_state["gpus"] if f"nvidia{g['minor']}" == gpus[0])
+        assert [line for line in log.splitlines() if line.startswith("GPU ")] == [
+            f"GPU 0: {node_state['gpus'][0]['name']} (UUID: {uuid})"], log
+        print(f"{strategy}: the container saw {gpus[0]} (of {len(set(minors.values()))} in the node's spec)")
+    finally:
+        client.delete(Pod, name, namespace="default", grace_period=0)

@@ -101,3 +101,45 @@ def test_init_fails_as_nvml_does_for_the_drivers_state(library: Path, tmp_path: 
                                                         says: str) -> None:
     state = {**driver_state("node01", load_profile("a100x4-containerd")), **change}
     assert says in run(library, tmp_path, state)["init_error"]
+
+
+def device_dir(tmp_path: Path, minors: list[int]) -> Path:
+    """A folder standing for a process's /dev: the control node and the given GPUs' nodes (their presence is what
+    counts, as the real driver enumerates the GPUs a container's device nodes give it)."""
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for name in ["nvidiactl", *(f"nvidia{minor}" for minor in minors)]:
+        (dev / name).touch()
+    return dev
+
+
+def test_a_process_sees_the_gpus_whose_device_node_it_has_numbered_from_zero(library: Path, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    state = driver_state("node01", load_profile("a100x4-containerd"))
+    monkeypatch.setenv("GPUNODE_SIM_DEV", str(device_dir(tmp_path, [state["gpus"][2]["minor"]])))
+    found = run(library, tmp_path, state)
+    assert len(found["nvml"]) == 1 and state["gpus"][2]["uuid"] in found["nvml"][0], found["nvml"]
+    assert "index=0" in found["nvml"][0]
+
+
+@pytest.mark.parametrize(("change", "minors", "code", "says"), [
+    ({}, [1, 3], 0, ["GPU 0: NVIDIA A100-SXM4-40GB (UUID: {1})", "GPU 1: NVIDIA A100-SXM4-40GB (UUID: {3})"]),
+    ({}, [], 6, ["No devices were found"]),
+    ({"loaded": False}, [0], 9, ["NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                                 "Make sure that the latest NVIDIA driver is installed and running."]),
+    ({"module_version": "535.161.08"}, [0], 18, ["Failed to initialize NVML: Driver/library version mismatch"]),
+])
+def test_the_native_nvidia_smi_lists_a_containers_gpus_without_python(tmp_path: Path, change: dict,
+                                                                       minors: list[int], code: int,
+                                                                       says: list[str]) -> None:
+    """In a container (no node stand-in to hand over to) it answers -L from the state, as the library sees it."""
+    smi = nvml_build.ensure_built(CACHE, lambda _: None).parent / nvml_build.SMI
+    state = {**driver_state("node01", load_profile("a100x4-containerd")), **change}
+    path = tmp_path / "gsp_gpunode_sim.bin"
+    path.write_text(json.dumps(state))
+    env = {"GPUNODE_SIM_GPU_STATE": str(path), "GPUNODE_SIM_DEV": str(device_dir(tmp_path, minors))}
+    result = subprocess.run([str(smi), "-L"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    uuids = [g["uuid"] for g in state["gpus"]]
+    assert (result.returncode, result.stdout.splitlines()) == (code, [line.format(*uuids) for line in says])
+    refused = subprocess.run([str(smi), "-q"], capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert refused.returncode == 2 and "only -L is answered here" in refused.stderr

@@ -36,6 +36,7 @@ from gpunode_sim.node.simnode import (
     NodeProcess,
     SimNode,
     cgroup_root_of,
+    firmware_links,
     init_pid_of,
     real_kubelet,
     remove_cgroups,
@@ -605,6 +606,7 @@ def install_driver(paths: SimPaths, name: str, version: str, say: Say, fabricman
     state.save()
     with gpu_file.open("w") as handle:  # through the node's own view of its disk
         handle.write(json.dumps(driver_state(name, node_profile(entry)), indent=2) + "\n")
+    firmware_links(Path(f"/proc/{node_pid1(paths, name)}/root"), version)  # the new package's firmware folder
     say(f"{name}: driver {version} installed, kernel module {loaded} still loaded (reboot to load the new one)")
 
 

@@ -20,20 +20,25 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gpunode.errors import GpunodeError
-from gpunode_sim.build.gobuild import build_into, finished, module_path
+from gpunode_sim.build.gobuild import build_into, finished, module_path, run_go
 
 NVML_MODULE = "github.com/NVIDIA/go-nvml"
 NVML_VERSION = "v0.13.4-1"  # the header's source: NVIDIA's go-nvml, from the Go module proxy
 LIBRARY = "libnvidia-ml.so.1"
+SMI = "nvidia-smi"  # the native nvidia-smi (package smi): -L inside containers, the node's stand-in elsewhere
 SOURCES = Path(__file__).resolve().parent / "nvml_mock"
 Say = Callable[[str], None]
 
 
+def _sources() -> list[Path]:
+    """The Go and C files of the library, its state package and the native nvidia-smi, sorted."""
+    return sorted(p for p in SOURCES.rglob("*") if p.suffix in (".go", ".c"))
+
+
 def _digest() -> str:
     hashed = hashlib.sha256(NVML_VERSION.encode())
-    for path in sorted(SOURCES.iterdir()):
-        if path.suffix in (".go", ".c"):
-            hashed.update(path.name.encode() + b"\0" + path.read_bytes())
+    for path in _sources():
+        hashed.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
     return hashed.hexdigest()[:12]
 
 
@@ -55,6 +60,13 @@ def require(cache: Path) -> Path:
     return found
 
 
+def _finish(staging: Path, work: Path, log: Path) -> None:
+    """Drop cgo's export header (not part of NVML) and build the native nvidia-smi, static (no cgo: it runs in
+    any container, glibc or not)."""
+    (staging / "libnvidia-ml.so.h").unlink(missing_ok=True)
+    run_go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging / SMI), "./smi"], work, log, False)
+
+
 def ensure_built(cache: Path, say: Say) -> Path:
     """Build the library unless this source's build is cached; return its path."""
     found = built(cache)
@@ -72,15 +84,15 @@ def ensure_built(cache: Path, say: Say) -> Path:
     if not header.is_file():
         raise GpunodeError(f"{NVML_MODULE} {NVML_VERSION} has no pkg/nvml/nvml.h", f"see {header.parent}")
     shutil.copyfile(header, work / "nvml.h")
-    for path in SOURCES.iterdir():
-        if path.suffix in (".go", ".c"):
-            shutil.copyfile(path, work / path.name)
+    for path in _sources():
+        (work / path.relative_to(SOURCES)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, work / path.relative_to(SOURCES))
     (work / "go.mod").write_text("module gpunode.local/nvmlmock\n\ngo 1.22\n")
     say(f"building the simulated {LIBRARY} against {NVML_MODULE} {NVML_VERSION}'s nvml.h (log: {log})")
     target = folder(cache)
     seconds = build_into(target, [(LIBRARY, ".", "-s -w")], work, log, {"nvml_h": f"{NVML_MODULE} {NVML_VERSION}"},
                          started, cgo=True, build_flags=("-buildmode=c-shared",),
-                         # cgo's export header is not part of NVML
-                         extra=lambda staging: (staging / "libnvidia-ml.so.h").unlink(missing_ok=True))
+                         # cgo's export header is not part of NVML; the native nvidia-smi beside the library
+                         extra=lambda staging: _finish(staging, work, log))
     say(f"{LIBRARY} built in {seconds:.0f} s: {target}")
     return target / LIBRARY

@@ -94,8 +94,9 @@ def boot(plan: dict) -> None:
     sh("mount", "--bind", "/dev/console" if Path("/dev/console").exists() else "/dev/null",
        str(merged / "dev/console"))
     sh("mount", "-t", "tmpfs", "-o", "mode=755,nosuid,nodev", "tmpfs", str(merged / "run"))
-    for folder in ("run/systemd/system", "run/lock", "run/sshd"):
+    for folder in ("run/systemd/system", "run/lock", "run/sshd", "run/gpunode-sim/events"):
         (merged / folder).mkdir(parents=True, exist_ok=True)
+    (merged / "run/gpunode-sim/events/health-events").touch()  # the simulated GPUs' event channel (Xid, ECC)
     for inside, outside in plan["data_binds"].items():
         (merged / inside).mkdir(parents=True, exist_ok=True)
         sh("mount", "--bind", outside, str(merged / inside))

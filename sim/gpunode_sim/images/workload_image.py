@@ -32,6 +32,9 @@ listed=$(nvidia-smi -L)
 count=$(echo "$listed" | grep -c '^GPU ')
 [ "$count" -gt 0 ] || no_device
 state=${GPUNODE_SIM_GPU_STATE:-/etc/gpunode-sim/gpu.json}
+if [ ! -e "$state" ]; then  # given the driver's files by CDI: the state's link in the driver's firmware folder
+    for linked in /lib/firmware/nvidia/*/gsp_gpunode_sim.bin; do [ -e "$linked" ] && state=$linked; done
+fi
 contexts=${GPUNODE_SIM_CONTEXTS:-/run/gpunode-sim/contexts}
 owner=${GPUNODE_SIM_OWNER:-/run/gpunode-sim/container/owner}  # this container's first process, as the cli wrote it
 busy="CUDA_ERROR_DEVICE_UNAVAILABLE: CUDA-capable device(s) is/are busy or unavailable"

@@ -38,6 +38,7 @@ import yaml
 from gpunode.image.oci import archive_digest
 from gpunode_sim.access.ssh import SIM_USER, ensure_key
 from gpunode_sim.build.nvml_build import LIBRARY as NVML_LIBRARY
+from gpunode_sim.build.nvml_build import SMI as NVIDIA_SMI
 from gpunode_sim.cluster.controlplane import APISERVER_PORT, node_credentials
 from gpunode_sim.cluster.egress import node_address
 from gpunode_sim.host.paths import SimPaths
@@ -105,6 +106,28 @@ class NodeProcess:
 
     def alive(self) -> bool:
         return alive(self.pid)
+
+
+# the simulated GPUs' state and health events, as their links in the driver's firmware folder (package gpustate)
+FIRMWARE_LINKS = {"gsp_gpunode_sim.bin": "/etc/gpunode-sim/gpu.json",
+                  "gsp_gpunode_sim_events.bin": "/run/gpunode-sim/events/health-events"}
+
+def firmware_links(root: Path, version: str | None) -> None:
+    """The simulated hardware's files linked into the driver's firmware folder of ``version`` (None: no driver) under
+    the node's ``root``: NVIDIA's CDI generator and its runtime in jit-cdi mode mount every
+    ``/lib/firmware/nvidia/<version>/gsp*.bin`` into a GPU container, which is how the simulated NVML and nvidia-smi
+    reach the GPUs there (package gpustate of the library's build); a real container reaches them through the
+    driver. Other versions' links go: the driver's package owns its folder."""
+    firmware = root / "lib/firmware/nvidia"
+    for folder in firmware.iterdir() if firmware.is_dir() else []:
+        for name in FIRMWARE_LINKS:
+            if (folder / name).is_symlink() and folder.name != version:
+                (folder / name).unlink()
+    if version is not None:
+        (firmware / version).mkdir(parents=True, exist_ok=True)
+        for name, target in FIRMWARE_LINKS.items():
+            if not (firmware / version / name).is_symlink():
+                (firmware / version / name).symlink_to(target)
 
 
 def driver_files(state: dict) -> tuple[dict[str, str], dict[str, str], list[list]]:
@@ -236,10 +259,14 @@ class SimNode:
         write_upper(self.upper, files)
         (self.upper / "etc/kubernetes/pki/kubelet-client.key").chmod(0o600)
         (self.upper / "etc/kubernetes/pki/kubelet.key").chmod(0o600)
-        self._link("usr/bin/nvidia-smi", "/usr/lib/gpunode-sim/nvidia-smi", state["installed"])
+        # the native nvidia-smi beside the simulated NVML (the node's Python stand-in answers through it; in a
+        # container NVIDIA's CDI spec or runtime mounts it into, it answers -L itself)
+        self._link("usr/bin/nvidia-smi", str(nvml.parent / NVIDIA_SMI) if nvml else "/usr/lib/gpunode-sim/nvidia-smi",
+                   state["installed"])
         # NVML where the driver installs it: the simulated driver's library (its folder is bound read-only)
         self._link(f"usr/lib/x86_64-linux-gnu/{NVML_LIBRARY}", str(nvml), state["installed"] and nvml is not None)
         self._cuda_placeholder(state["driver_version"], state["installed"])
+        firmware_links(self.upper, state["driver_version"] if state["installed"] else None)
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
         self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
                    state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])

@@ -3,9 +3,8 @@
 // too, so the two never disagree. Health events (Xid, double-bit ECC, a failed wait) are lines appended to the
 // node's health-events file, delivered through NVML's event-set API.
 //
-// Built by 'gpunode sim build' with -buildmode=c-shared. State: $GPUNODE_SIM_GPU_STATE, else
-// /etc/gpunode-sim/gpu.json; events: $GPUNODE_SIM_HEALTH_EVENTS, else /run/gpunode-sim/events/health-events
-// (the node's file; nvidia-container-cli's stand-in mounts its folder at the same place in a GPU container).
+// Built by 'gpunode sim build' with -buildmode=c-shared. Where the state and the health events are read from, on the
+// node and in a container, and which GPUs a process sees: package gpustate.
 package main
 
 /*
@@ -18,7 +17,6 @@ import "C"
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -26,38 +24,16 @@ import (
 	"sync"
 	"time"
 	"unsafe"
+
+	"gpunode.local/nvmlmock/gpustate"
 )
 
-type migDevice struct {
-	UUID            string `json:"uuid"`
-	Profile         string `json:"profile"`
-	GpuInstance     uint   `json:"gpu_instance"`
-	ComputeInstance uint   `json:"compute_instance"`
-}
-
-type gpu struct {
-	Index       uint        `json:"index"`
-	Minor       uint        `json:"minor"`
-	Name        string      `json:"name"`
-	UUID        string      `json:"uuid"`
-	MemoryMiB   uint64      `json:"memory_total_mib"`
-	ComputeCap  string      `json:"compute_cap"`
-	PciBusID    string      `json:"pci_bus_id"`
-	PciDeviceID string      `json:"pci_device_id"`
-	MigMode     string      `json:"mig_mode"`
-	MigDevices  []migDevice `json:"mig_devices"`
-	NvlinkPeers []string    `json:"nvlink_peers"`
-}
-
-type state struct {
-	DriverVersion string `json:"driver_version"`
-	ModuleVersion string `json:"module_version"`
-	CudaVersion   string `json:"cuda_version"`
-	Loaded        bool   `json:"loaded"`
-	Installed     *bool  `json:"installed"`
-	NoDevices     bool   `json:"no_devices"`
-	Gpus          []gpu  `json:"gpus"`
-}
+// the node's state, as package gpustate reads it (the native nvidia-smi reads it through the same package)
+type (
+	migDevice = gpustate.MigDevice
+	gpu       = gpustate.Gpu
+	state     = gpustate.State
+)
 
 // device is what a handle points at: a GPU, or one MIG device of it
 type device struct {
@@ -80,13 +56,6 @@ type eventSet struct {
 	mask   map[string]uint64 // GPU UUID -> registered event types
 }
 
-func env(name, fallback string) string {
-	if value := os.Getenv(name); value != "" {
-		return value
-	}
-	return fallback
-}
-
 func newHandle(d *device) C.nvmlDevice_t {
 	var handle C.nvmlDevice_t // a pointer of its own per device: NVML's handles are opaque pointers
 	handle.handle = (*C.struct_nvmlDevice_st)(C.malloc(8))
@@ -102,14 +71,14 @@ func lookup(handle C.nvmlDevice_t) *device {
 func goInit() C.nvmlReturn_t {
 	lock.Lock()
 	defer lock.Unlock()
-	data, err := os.ReadFile(env("GPUNODE_SIM_GPU_STATE", "/etc/gpunode-sim/gpu.json"))
-	if err != nil {
+	found, err := gpustate.Load()
+	if os.IsNotExist(err) {
 		return C.NVML_ERROR_LIBRARY_NOT_FOUND
 	}
-	var read state
-	if json.Unmarshal(data, &read) != nil {
+	if err != nil {
 		return C.NVML_ERROR_UNKNOWN
 	}
+	read := *found
 	if read.Installed != nil && !*read.Installed {
 		return C.NVML_ERROR_LIBRARY_NOT_FOUND
 	}
@@ -122,6 +91,7 @@ func goInit() C.nvmlReturn_t {
 	if read.NoDevices {
 		read.Gpus = nil
 	}
+	gpustate.KeepVisible(&read) // a container's process sees the GPUs whose device node it was given
 	loaded = &read
 	for i := range loaded.Gpus {
 		g := &loaded.Gpus[i]
@@ -571,7 +541,7 @@ func goNvLinkRemotePciInfo(handle C.nvmlDevice_t, link C.uint, pci *C.nvmlPciInf
 }
 
 func eventsFile() string {
-	return env("GPUNODE_SIM_HEALTH_EVENTS", "/run/gpunode-sim/events/health-events")
+	return gpustate.EventsFile()
 }
 
 //export goEventSetCreate
