@@ -464,6 +464,23 @@ def test_a_stale_cdi_spec_is_judged_where_containerd_uses_cdi() -> None:
     assert "nvidia-smi --query-gpu=index,uuid: 0 GPU-new" in failed[0].evidence
 
 
+@pytest.mark.parametrize(("strategy", "cdi_enabled", "codes"), [
+    ("cdi-cri", True, ["toolkit-cdi-spec-missing"]),  # the plugin names nvidia.com/gpu devices no spec defines
+    ("cdi-annotations", False, ["toolkit-cdi-spec-missing"]),
+    ("envvar", True, []),  # CDI on in containerd, but nothing names a CDI device
+    ("volume-mounts", True, []),
+])
+def test_a_cdi_device_list_strategy_needs_the_nodes_spec(strategy: str, cdi_enabled: bool, codes: list[str]) -> None:
+    state = {"family": "deb", "versions": dict.fromkeys(PACKAGES, "1.17.8-1"), "held": list(PACKAGES), "locks": {},
+             **HOST_OK, "config": {**HOST_OK["config"], "volume_mounts": True}}
+    settings = NodeSettings(cdi_enabled=cdi_enabled, plugin_device_list_strategy=strategy)
+    failed = failures(toolkit_diagnosis.diagnose(state, settings))
+    assert [f.code for f in failed] == codes
+    if codes:
+        assert f"inventory: plugin_device_list_strategy = {strategy}" in failed[0].evidence
+        assert failed[0].fix.startswith("nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml")
+
+
 @pytest.mark.parametrize(("value", "version", "used"), [
     ("@/sbin/ldconfig.real", "1.17.8-1", "@/sbin/ldconfig"),  # Ubuntu's config on Debian works since 1.15
     ("@/sbin/ldconfig.real", "1.14.6-1", "@/sbin/ldconfig.real"),  # ... but not before: the hook passes it on

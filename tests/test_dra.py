@@ -534,7 +534,7 @@ def test_a_cdi_strategy_hands_a_pod_its_gpu_through_the_nodes_own_spec(dra: dict
     assert spec["kind"] == "nvidia.com/gpu"
     minors = {d["name"]: d["containerEdits"]["deviceNodes"][0]["path"] for d in spec["devices"]}
     name = f"cdi-{strategy}"
-    body = gpu_pod(name, [], "ls /dev; readlink /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1; nvidia-smi -L")
+    body = gpu_pod(name, [], "ls /dev; ls /usr/lib/x86_64-linux-gnu; nvidia-smi -L")
     del body["spec"]["resourceClaims"], body["spec"]["runtimeClassName"]  # runc: CDI alone gives the GPU
     body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     client.create(codecs.from_dict(body))
@@ -550,13 +550,16 @@ def test_a_cdi_strategy_hands_a_pod_its_gpu_through_the_nodes_own_spec(dra: dict
         gpus = sorted(entry for entry in listed if entry.startswith("nvidia") and entry[6:].isdigit())
         assert len(gpus) == 1 and {"nvidiactl", "nvidia-uvm"} <= set(listed), log
         assert f"/dev/{gpus[0]}" in minors.values(), (gpus, minors)
-        assert "libnvidia-ml.so." in log, log  # the link nvidia-cdi-hook create-symlinks made to the driver's file
+        mounted = sorted({m["containerPath"] for m in spec["containerEdits"].get("mounts") or []})
+        assert [p for p in mounted if "libnvidia-ml.so" in p], mounted  # the driver's NVML, as the spec mounts it
+        assert "libnvidia-ml.so" in log, (log, mounted)
         # the driver's nvidia-smi, mounted by the spec, lists that one GPU (the simulated hardware reached through
         # the driver's firmware folder the spec mounts too)
         node_state = json.loads(ssh_ok(dra, "node01", "cat /etc/gpunode-sim/gpu.json"))
         uuid = next(g["uuid"] for g in node_state["gpus"] if f"nvidia{g['minor']}" == gpus[0])
         assert [line for line in log.splitlines() if line.startswith("GPU ")] == [
             f"GPU 0: {node_state['gpus'][0]['name']} (UUID: {uuid})"], log
-        print(f"{strategy}: the container saw {gpus[0]} (of {len(set(minors.values()))} in the node's spec)")
+        print(f"{strategy}: the container saw {gpus[0]} (of {len(set(minors.values()))} in the node's spec); the "
+              f"spec mounts {mounted}")
     finally:
         client.delete(Pod, name, namespace="default", grace_period=0)

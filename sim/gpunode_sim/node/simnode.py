@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -263,8 +264,7 @@ class SimNode:
         # container NVIDIA's CDI spec or runtime mounts it into, it answers -L itself)
         self._link("usr/bin/nvidia-smi", str(nvml.parent / NVIDIA_SMI) if nvml else "/usr/lib/gpunode-sim/nvidia-smi",
                    state["installed"])
-        # NVML where the driver installs it: the simulated driver's library (its folder is bound read-only)
-        self._link(f"usr/lib/x86_64-linux-gnu/{NVML_LIBRARY}", str(nvml), state["installed"] and nvml is not None)
+        self._nvml_library(nvml if state["installed"] else None, state["driver_version"])
         self._cuda_placeholder(state["driver_version"], state["installed"])
         firmware_links(self.upper, state["driver_version"] if state["installed"] else None)
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
@@ -321,6 +321,23 @@ class SimNode:
             "etc/default/kubelet": (f'KUBELET_EXTRA_ARGS="{extra}"\nGPUNODE_CGROUP_ROOT={cgroup_root}\n'
                                     f'GPUNODE_IMAGES="{images}"\n'),
         }
+
+    def _nvml_library(self, built: Path | None, version: str) -> None:
+        """NVML where and as the driver installs it: ``libnvidia-ml.so.<driver version>`` (the simulated library,
+        hard-linked from the build, else copied) and its ``libnvidia-ml.so.1`` link. NVIDIA's CDI generator looks
+        for the versioned file: without it, a container given GPUs through CDI gets no NVML."""
+        folder = self.upper / "usr/lib/x86_64-linux-gnu"
+        target = folder / f"libnvidia-ml.so.{version}"
+        for old in folder.glob("libnvidia-ml.so.*") if folder.is_dir() else []:
+            if old.name != NVML_LIBRARY:
+                old.unlink()  # this build's, anew at every boot (the build may have changed)
+        if built is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(built, target)
+            except OSError:  # another filesystem than the cache's
+                shutil.copyfile(built, target)
+        self._link(f"usr/lib/x86_64-linux-gnu/{NVML_LIBRARY}", target.name, built is not None)
 
     def _cuda_placeholder(self, version: str, wanted: bool) -> None:
         """``libcuda.so.<driver version>`` (and its ``libcuda.so.1`` link) where the driver installs it: NVIDIA's

@@ -113,22 +113,28 @@ CDI_FIX = "nvidia-ctk cdi generate --output={path} (again after every driver or 
 
 
 def cdi_findings(state: dict, settings: NodeSettings) -> list[Finding]:
-    """Where CDI is used (the NVIDIA runtime in cdi mode, or CDI enabled in the container runtime), a spec must
+    """Where CDI is used (the NVIDIA runtime in cdi mode, CDI enabled in the container runtime, or the device plugin
+    naming CDI devices: the cdi-cri and cdi-annotations strategies), a spec must
     name this node's GPUs: one that does not parse fails every CDI device, one written on another node or before a
     GPU was replaced names GPUs that are not here (a container asking for them fails with 'unresolvable CDI
     devices') and lacks the ones that are."""
     config = state.get("config") or {}
     in_cdi_mode = config.get("mode") == "cdi"
-    if not (in_cdi_mode or settings.cdi_enabled):
+    strategy = settings.plugin_device_list_strategy
+    names_cdi = strategy.startswith("cdi-")  # the plugin names nvidia.com/gpu devices: the node's spec defines them
+    if not (in_cdi_mode or settings.cdi_enabled or names_cdi):
         return []
     specs = state.get("cdi_specs") or []
     if not specs:
-        if not in_cdi_mode:
+        if not (in_cdi_mode or names_cdi):
             return []  # CDI enabled without a spec: the device plugin's envvar strategy needs none
-        return [Finding(STEP, Verdict.FINDING, "the NVIDIA runtime is in cdi mode but no CDI spec names nvidia.com/gpu "
-                        "devices: GPU containers fail with 'unresolvable CDI devices'",
-                        [f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"',
-                         f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: 0"],
+        who = ("the NVIDIA runtime is in cdi mode" if in_cdi_mode else
+               f"the device plugin names GPUs as CDI devices (plugin_device_list_strategy = {strategy})")
+        said = (f'{TOOLKIT_CONFIG}: [nvidia-container-runtime] mode = "{config["mode"]}"' if in_cdi_mode else
+                f"inventory: plugin_device_list_strategy = {strategy}")
+        return [Finding(STEP, Verdict.FINDING, f"{who} but no CDI spec names nvidia.com/gpu devices: GPU containers "
+                        "fail with 'unresolvable CDI devices'",
+                        [said, f"CDI specs naming nvidia.com/gpu in {', '.join(CDI_DIRS)}: 0"],
                         CDI_FIX.format(path="/etc/cdi/nvidia.yaml"), code="toolkit-cdi-spec-missing")]
     findings = []
     for path, error in sorted((state.get("cdi_errors") or {}).items()):
