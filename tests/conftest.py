@@ -106,11 +106,11 @@ def sim_env(tmp_path_factory: pytest.TempPathFactory, net_block: int) -> dict[st
 @pytest.fixture(scope="session")
 def fleet(sim_env: dict[str, str]) -> Iterator[dict]:
     """Three running nodes (A100/containerd, V100/docker, CPU-only), torn down at the end."""
-    up = gpunode("sim", "up", "--json", env=sim_env)
-    info = json.loads(up.stdout)
-    info["env"] = sim_env
-    info["up_stderr"] = up.stderr
-    try:
+    try:  # a fleet that came up only in part is torn down too
+        up = gpunode("sim", "up", "--json", env=sim_env)
+        info = json.loads(up.stdout)
+        info["env"] = sim_env
+        info["up_stderr"] = up.stderr
         yield info
     finally:
         gpunode("sim", "down", env=sim_env, check=False)

@@ -28,7 +28,6 @@ def load(name: str) -> ModuleType:
 
 
 cli = load("nvidia_container_cli")
-runtime = load("nvidia_container_runtime")
 DRIVER = {"cuda_version": "12.4", "driver_version": "550.54.15"}
 
 
@@ -153,28 +152,6 @@ def test_nvidias_hook_drops_the_requirements_when_told_to(hook: Path, tmp_path: 
     argv, stderr = run_hook(hook, tmp_path, ["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_REQUIRE_CUDA=cuda>=13.0",
                                              "NVIDIA_DISABLE_REQUIRE=true"])
     assert argv and not cli.parse(argv[1:])[0].get("require"), (argv, stderr)
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("", "\n[nvidia-container-runtime-hook]\nskip-mode-detection = true\n"),
-    ('[nvidia-container-runtime-hook]\npath = "nvidia-container-runtime-hook"\nskip-mode-detection = false\n',
-     '[nvidia-container-runtime-hook]\nskip-mode-detection = true\npath = "nvidia-container-runtime-hook"\n'),
-])
-def test_the_runtime_stand_in_tells_the_hook_to_skip_its_mode_detection(text: str, expected: str) -> None:
-    assert runtime.hook_config(text) == expected
-
-
-def test_the_runtime_stand_in_adds_nvidias_hook_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime, "CONFIG", str(tmp_path / "config.toml"))
-    monkeypatch.setattr(runtime, "HOOK_CONFIG", str(tmp_path / "run/hook-config.toml"))
-    (tmp_path / "config.json").write_text(json.dumps({"process": {"env": []}}))
-    runtime.add_hook(str(tmp_path))
-    runtime.add_hook(str(tmp_path))
-    hooks = json.loads((tmp_path / "config.json").read_text())["hooks"]["prestart"]
-    config = f"-config={tmp_path}/run/hook-config.toml"
-    assert hooks == [{"path": "/usr/bin/nvidia-container-runtime-hook",
-                      "args": ["nvidia-container-runtime-hook", config, "prestart"]}]
-    assert "skip-mode-detection = true" in (tmp_path / "run/hook-config.toml").read_text()
 
 
 def probe_env(tmp_path: Path, modes: list[str]) -> dict[str, str]:

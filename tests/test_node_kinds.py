@@ -68,10 +68,10 @@ def mixed(sim_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> 
     fleet_file = folder / "fleet.yaml"
     fleet_file.write_text(json.dumps({"nodes": {name: profile for name, (profile, _, _) in NODES.items()}}))
     env = {**sim_env, "GPUNODE_SIM_DIR": str(folder / "sim"), "GPUNODE_SIM_NET": block(sim_env, 3)}
-    info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
-    info["env"] = env
-    info["before_deploy"] = {node: ssh_ok(info, node, SNAPSHOT) for node in NODES}  # for gpunode undo's test
-    try:
+    try:  # a fleet that came up only in part is torn down too
+        info = json.loads(gpunode("sim", "up", "--fleet", str(fleet_file), "--json", env=env, timeout=1800).stdout)
+        info["env"] = env
+        info["before_deploy"] = {node: ssh_ok(info, node, SNAPSHOT) for node in NODES}  # for gpunode undo's test
         yield info
     finally:
         gpunode("sim", "down", env=env, check=False)

@@ -606,7 +606,8 @@ def install_driver(paths: SimPaths, name: str, version: str, say: Say, fabricman
     state.save()
     with gpu_file.open("w") as handle:  # through the node's own view of its disk
         handle.write(json.dumps(driver_state(name, node_profile(entry)), indent=2) + "\n")
-    firmware_links(Path(f"/proc/{node_pid1(paths, name)}/root"), version)  # the new package's firmware folder
+    # the new package's firmware folder, through the node's own view (its /lib link, where it has one, resolved there)
+    firmware_links(Path(f"/proc/{node_pid1(paths, name)}/root/lib/firmware/nvidia"), version)
     say(f"{name}: driver {version} installed, kernel module {loaded} still loaded (reboot to load the new one)")
 
 

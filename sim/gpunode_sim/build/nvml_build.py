@@ -25,6 +25,9 @@ from gpunode_sim.build.gobuild import build_into, finished, module_path, run_go
 NVML_MODULE = "github.com/NVIDIA/go-nvml"
 NVML_VERSION = "v0.13.4-1"  # the header's source: NVIDIA's go-nvml, from the Go module proxy
 LIBRARY = "libnvidia-ml.so.1"
+# the SONAME the real library has: ldconfig (NVIDIA's update-ldcache hook in a CDI container) makes the
+# libnvidia-ml.so.1 link from it
+LIBRARY_LDFLAGS = f"-s -w -extldflags=-Wl,-soname,{LIBRARY}"
 SMI = "nvidia-smi"  # the native nvidia-smi (package smi): -L inside containers, the node's stand-in elsewhere
 SOURCES = Path(__file__).resolve().parent / "nvml_mock"
 Say = Callable[[str], None]
@@ -36,7 +39,7 @@ def _sources() -> list[Path]:
 
 
 def _digest() -> str:
-    hashed = hashlib.sha256(NVML_VERSION.encode())
+    hashed = hashlib.sha256((NVML_VERSION + LIBRARY_LDFLAGS).encode())
     for path in _sources():
         hashed.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
     return hashed.hexdigest()[:12]
@@ -90,8 +93,9 @@ def ensure_built(cache: Path, say: Say) -> Path:
     (work / "go.mod").write_text("module gpunode.local/nvmlmock\n\ngo 1.22\n")
     say(f"building the simulated {LIBRARY} against {NVML_MODULE} {NVML_VERSION}'s nvml.h (log: {log})")
     target = folder(cache)
-    seconds = build_into(target, [(LIBRARY, ".", "-s -w")], work, log, {"nvml_h": f"{NVML_MODULE} {NVML_VERSION}"},
-                         started, cgo=True, build_flags=("-buildmode=c-shared",),
+    seconds = build_into(target, [(LIBRARY, ".", LIBRARY_LDFLAGS)], work, log,
+                         {"nvml_h": f"{NVML_MODULE} {NVML_VERSION}"}, started, cgo=True,
+                         build_flags=("-buildmode=c-shared",),
                          # cgo's export header is not part of NVML; the native nvidia-smi beside the library
                          extra=lambda staging: _finish(staging, work, log))
     say(f"{LIBRARY} built in {seconds:.0f} s: {target}")

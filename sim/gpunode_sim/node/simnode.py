@@ -113,13 +113,14 @@ class NodeProcess:
 FIRMWARE_LINKS = {"gsp_gpunode_sim.bin": "/etc/gpunode-sim/gpu.json",
                   "gsp_gpunode_sim_events.bin": "/run/gpunode-sim/events/health-events"}
 
-def firmware_links(root: Path, version: str | None) -> None:
+def firmware_links(firmware: Path, version: str | None) -> None:
     """The simulated hardware's files linked into the driver's firmware folder of ``version`` (None: no driver) under
     the node's ``root``: NVIDIA's CDI generator and its runtime in jit-cdi mode mount every
     ``/lib/firmware/nvidia/<version>/gsp*.bin`` into a GPU container, which is how the simulated NVML and nvidia-smi
     reach the GPUs there (package gpustate of the library's build); a real container reaches them through the
-    driver. Other versions' links go: the driver's package owns its folder."""
-    firmware = root / "lib/firmware/nvidia"
+    driver. Other versions' links go: the driver's package owns its folder. ``firmware`` is the node's
+    ``lib/firmware/nvidia`` as written: under ``usr/`` on a merged-/usr node written from its upper layer (a
+    ``lib`` folder there would hide the image's ``lib -> usr/lib`` link, and the node would not boot)."""
     for folder in firmware.iterdir() if firmware.is_dir() else []:
         for name in FIRMWARE_LINKS:
             if (folder / name).is_symlink() and folder.name != version:
@@ -266,7 +267,10 @@ class SimNode:
                    state["installed"])
         self._nvml_library(nvml if state["installed"] else None, state["driver_version"])
         self._cuda_placeholder(state["driver_version"], state["installed"])
-        firmware_links(self.upper, state["driver_version"] if state["installed"] else None)
+        lowers = lower_dirs(self.paths, self.spec.os, self.spec.runtime)
+        merged_usr = any((lower / "lib").is_symlink() for lower in lowers)
+        firmware_links(self.upper / ("usr/lib" if merged_usr else "lib") / "firmware/nvidia",
+                       state["driver_version"] if state["installed"] else None)
         fm_wants = "etc/systemd/system/multi-user.target.wants/nvidia-fabricmanager.service"
         self._link(fm_wants, "/lib/systemd/system/nvidia-fabricmanager.service",
                    state["fabricmanager"]["installed"] and state["fabricmanager"]["running"])

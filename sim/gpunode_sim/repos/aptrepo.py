@@ -5,13 +5,10 @@ a flat repository), signed with a throw-away key, holding the four toolkit
 packages at each simulated version with the real inter-package dependencies.
 The toolkit packages carry NVIDIA's own Go programs of their version, built from
 NVIDIA's source (``gpunode_sim.build.toolkit_build``): ``nvidia-ctk``, ``nvidia-cdi-hook``,
-``nvidia-container-runtime-hook`` and, at 1.17.8, ``nvidia-container-runtime``. Stand-ins:
-libnvidia-container (``nvidia-container-cli``, C that talks to the kernel driver: what it does
-with the simulated driver is in ``standins/nvidia_container_cli.py``) and, at 1.20.0 only,
-``nvidia-container-runtime``: NVIDIA's runtime there defaults to its jit-cdi mode, which mounts
-the driver's files into containers itself, and the simulated driver's files (a Python
-``nvidia-smi``, an NVML that reads the node's GPU state file) do not work in a container
-without the state the stand-in mounts beside them.
+``nvidia-container-runtime-hook`` and ``nvidia-container-runtime`` (at 1.20.0 in its default
+jit-cdi mode, which mounts the driver's files itself). Stand-in: libnvidia-container
+(``nvidia-container-cli``, C that talks to the kernel driver: what it does with the simulated
+driver is in ``standins/nvidia_container_cli.py``), which NVIDIA's hook runs in legacy mode.
 """
 
 from __future__ import annotations
@@ -31,7 +28,6 @@ from gpunode_sim.repos.packages import SimPackage, write_file
 from gpunode_sim.repos.rpmrepo import RPM_ARCH, build_rpms
 
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.20.0-1")
-NVIDIA_RUNTIME = ("1.17.8",)  # versions whose package carries NVIDIA's nvidia-container-runtime (see above)
 RPM_RECIPE = "rpm repository 1: signed packages, signed repomd.xml"
 REPO_PATH = "libnvidia-container"
 SIGNER = "gpunode simulated NVIDIA repository <repo@gpunode.invalid>"
@@ -66,9 +62,8 @@ def render_standin(name: str, **values: str) -> str:
 
 def _recipe_digest(nvidia_ctk: dict[str, Path]) -> str:
     digest = hashlib.sha256()
-    digest.update(render_standin("nvidia_container_runtime.py").encode())
     digest.update(render_standin("nvidia_container_cli.py").encode())
-    digest.update(repr((TOOLKIT_VERSIONS, RPM_RECIPE, BASE_POST_INSTALL, "lua %post")).encode())
+    digest.update(repr((TOOLKIT_VERSIONS, "nvidia's runtime", RPM_RECIPE, BASE_POST_INSTALL, "lua %post")).encode())
     digest.update(toolkit_build.digest(nvidia_ctk).encode())
     return digest.hexdigest()[:16]
 
@@ -129,9 +124,7 @@ def toolkit_packages(libdir: str, nvidia_ctk: dict[str, Path]) -> list[SimPackag
                 "/usr/bin/nvidia-cdi-hook": (
                     toolkit_build.program(nvidia_ctk[upstream], "nvidia-cdi-hook").read_bytes(), 0o755),
                 "/usr/bin/nvidia-container-runtime": (
-                    toolkit_build.program(nvidia_ctk[upstream], "nvidia-container-runtime").read_bytes()
-                    if upstream in NVIDIA_RUNTIME else
-                    render_standin("nvidia_container_runtime.py", toolkit_version=upstream), 0o755),
+                    toolkit_build.program(nvidia_ctk[upstream], "nvidia-container-runtime").read_bytes(), 0o755),
             }, post_install=BASE_POST_INSTALL),
             SimPackage("nvidia-container-toolkit", version,
                        (("nvidia-container-toolkit-base", "=", version), ("libnvidia-container-tools", ">=", version),
