@@ -438,36 +438,6 @@ def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dic
             "app.kubernetes.io/name": "gpunode-device-plugin"})], 120, "the device plugin gone from node01")
 
 
-def test_a_changed_driver_restarts_the_dra_driver_and_waits_for_its_new_pod(dra: dict) -> None:
-    """node01's driver upgraded and the node rebooted outside gpunode: the deploy relabels the node, restarts the
-    DRA driver's pod (it would keep the old driver's NVML loaded) and waits for its successor before it calls the
-    slice proof; the slice then carries the new driver's version."""
-    from gpunode_plugin.dra_devices import semver
-
-    from .test_upgrades import NEW_DRIVER
-
-    client = api(dra)
-
-    def driver_pod() -> str:
-        pods = [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name":
-                                                                          "gpunode-dra-driver"})
-                if p.spec.nodeName == "node01" and not p.metadata.deletionTimestamp]
-        return pods[0].metadata.name if pods else ""
-
-    before = wait_for(driver_pod, 60, "the DRA driver's pod on node01")
-    gpunode("sim", "driver", "node01", "--version", NEW_DRIVER, env=dra["env"], timeout=600)
-    result = gpunode("deploy", INVENTORY, *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"], check=False,
-                     timeout=900)
-    said = result.stdout + result.stderr
-    assert result.returncode == 0, said[-4000:]
-    assert f"-> {NEW_DRIVER}: restarted gpunode's DRA driver (gpunode-dra-driver) ({before})" in said, said[-4000:]
-    after = driver_pod()
-    assert after and after != before
-    versions = wait_for(lambda: {d["attributes"]["driverVersion"]["version"] for d in the_slice(client)["spec"][
-        "devices"]} == {semver(NEW_DRIVER)} or None, 60, "the new driver's version in the slice")
-    assert versions
-
-
 def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict) -> None:
     """The driver's DaemonSet moved off node01 (a node selector no node has) with its ResourceSlice left: the
     scheduler still allocates the claim, the kubelet cannot have it prepared; doctor --pod quotes the kubelet's
@@ -501,7 +471,7 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
         finally:
             client.delete(Pod, "orphan", namespace="default", grace_period=0)
         # the kubelet drops the slices of a driver that stays unregistered: then the node's own link fails
-        wait_for(lambda: the_slice(client) is None, 180, "the kubelet to remove the driver's ResourceSlice")
+        wait_for(lambda: the_slice(client) is None, 300, "the kubelet to remove the driver's ResourceSlice")
         result = gpunode("doctor", INVENTORY, "--json", *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"],
                          check=False)
         report = json.loads(result.stdout)
@@ -515,6 +485,36 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
         client.patch(DaemonSet, NAME, back, namespace=NAMESPACE)
     wait_for(lambda: [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name": NAME})
                       if p.status.phase == "Running"], 120, "the driver back on node01")
+
+
+def test_a_changed_driver_restarts_the_dra_driver_and_waits_for_its_new_pod(dra: dict) -> None:
+    """node01's driver upgraded and the node rebooted outside gpunode: the deploy relabels the node, restarts the
+    DRA driver's pod (it would keep the old driver's NVML loaded) and waits for its successor before it calls the
+    slice proof; the slice then carries the new driver's version."""
+    from gpunode_plugin.dra_devices import semver
+
+    from .test_upgrades import NEW_DRIVER
+
+    client = api(dra)
+
+    def driver_pod() -> str:
+        pods = [p for p in client.list(Pod, namespace=NAMESPACE, labels={"app.kubernetes.io/name":
+                                                                          "gpunode-dra-driver"})
+                if p.spec.nodeName == "node01" and not p.metadata.deletionTimestamp]
+        return pods[0].metadata.name if pods else ""
+
+    before = wait_for(driver_pod, 60, "the DRA driver's pod on node01")
+    gpunode("sim", "driver", "node01", "--version", NEW_DRIVER, env=dra["env"], timeout=600)
+    result = gpunode("deploy", INVENTORY, *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"], check=False,
+                     timeout=900)
+    said = result.stdout + result.stderr
+    assert result.returncode == 0, said[-4000:]
+    assert f"-> {NEW_DRIVER}: restarted gpunode's DRA driver (gpunode-dra-driver) ({before})" in said, said[-4000:]
+    after = driver_pod()
+    assert after and after != before
+    versions = wait_for(lambda: {d["attributes"]["driverVersion"]["version"] for d in the_slice(client)["spec"][
+        "devices"]} == {semver(NEW_DRIVER)} or None, 60, "the new driver's version in the slice")
+    assert versions
 
 
 @pytest.mark.parametrize("strategy", ["cdi-cri", "cdi-annotations"])
