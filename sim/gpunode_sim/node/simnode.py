@@ -113,9 +113,10 @@ class NodeProcess:
 FIRMWARE_LINKS = {"gsp_gpunode_sim.bin": "/etc/gpunode-sim/gpu.json",
                   "gsp_gpunode_sim_events.bin": "/run/gpunode-sim/events/health-events"}
 
+
 def firmware_links(firmware: Path, version: str | None) -> None:
-    """The simulated hardware's files linked into the driver's firmware folder of ``version`` (None: no driver) under
-    the node's ``root``: NVIDIA's CDI generator and its runtime in jit-cdi mode mount every
+    """The simulated hardware's files linked into the node's driver firmware folder ``firmware``, in its subfolder
+    ``version`` (None: no driver): NVIDIA's CDI generator and its runtime in jit-cdi mode mount every
     ``/lib/firmware/nvidia/<version>/gsp*.bin`` into a GPU container, which is how the simulated NVML and nvidia-smi
     reach the GPUs there (package gpustate of the library's build); a real container reaches them through the
     driver. Other versions' links go: the driver's package owns its folder. ``firmware`` is the node's
@@ -250,7 +251,8 @@ class SimNode:
             **node_credentials(self.paths, self.spec.name, self.spec.address),
             **registry_files(self.paths, self.spec.runtime),
         }
-        config = containerd_config_with_registry(self.upper, lower_dirs(self.paths, self.spec.os, self.spec.runtime))
+        lowers = lower_dirs(self.paths, self.spec.os, self.spec.runtime)
+        config = containerd_config_with_registry(self.upper, lowers)
         if config is not None and self.spec.runtime == "containerd":
             files["etc/containerd/config.toml"] = config
         boot_id = str(uuid.uuid4())
@@ -267,7 +269,6 @@ class SimNode:
                    state["installed"])
         self._nvml_library(nvml if state["installed"] else None, state["driver_version"])
         self._cuda_placeholder(state["driver_version"], state["installed"])
-        lowers = lower_dirs(self.paths, self.spec.os, self.spec.runtime)
         merged_usr = any((lower / "lib").is_symlink() for lower in lowers)
         firmware_links(self.upper / ("usr/lib" if merged_usr else "lib") / "firmware/nvidia",
                        state["driver_version"] if state["installed"] else None)
@@ -284,7 +285,7 @@ class SimNode:
             "merged": str(self.dir / "merged"),
             "upper": str(self.upper),
             "work": str(self.dir / "work"),
-            "lowers": [str(p) for p in lower_dirs(self.paths, self.spec.os, self.spec.runtime)],
+            "lowers": [str(p) for p in lowers],
             "data_binds": {d: str(self.dir / "data" / d.split("/")[-1]) for d in DATA_DIRS},
             "code_binds": binds,
             "boot_id": boot_id,
