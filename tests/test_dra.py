@@ -563,3 +563,60 @@ def test_a_cdi_strategy_hands_a_pod_its_gpu_through_the_nodes_own_spec(dra: dict
               f"spec mounts {mounted}")
     finally:
         client.delete(Pod, name, namespace="default", grace_period=0)
+
+
+def doctor_report(fleet: dict, *args: str) -> dict:
+    result = gpunode("doctor", INVENTORY, "--json", *args, env=fleet["env"], check=False)
+    return json.loads(result.stdout)
+
+
+def test_the_failures_of_a_device_node_under_cdi_are_the_real_stacks(dra: dict) -> None:
+    """The node faults whose failure differs under CDI, on node01 with the cdi-cri strategy (containerd 1.7 injects
+    what NVIDIA's generated spec lists, the CDI library's code): a host /dev/nvidiactl closed to other users (0600)
+    stops no non-root container, as the library has the runtime create the container's device nodes for the
+    container's user (the legacy runtime's bind mount fails it: tests/test_whole_chain.py), while doctor still names
+    the node's mode; nvidia_uvm missing after a reboot (the spec, written before, names /dev/nvidia-uvm) makes
+    containerd refuse every GPU container with the library's words, which doctor --pod names, and doctor names the
+    unloaded module on the node."""
+    client = api(dra)
+    deployed = gpunode("deploy", INVENTORY, "--data", "cdi_enabled=True", "--data",
+                       "plugin_device_list_strategy=cdi-cri", env=dra["env"], check=False, timeout=900)
+    assert deployed.returncode == 0, deployed.stdout[-4000:] + deployed.stderr[-2000:]
+    assert "/dev/nvidia-uvm" in ssh_ok(dra, "node01", "cat /etc/cdi/nvidia.yaml")
+    names = ("cdi-non-root", "cdi-no-uvm")
+    try:
+        gpunode("sim", "fault", "node01", "nvidiactl-0600", env=dra["env"], timeout=300)
+        assert ssh_ok(dra, "node01", "stat -c %a /dev/nvidiactl").strip() == "600"
+        body = gpu_pod(names[0], [], "ls -ln /dev/nvidiactl; nvidia-smi -L")
+        del body["spec"]["resourceClaims"], body["spec"]["runtimeClassName"]
+        body["spec"]["securityContext"] = {"runAsUser": 1000}
+        body["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+        client.create(codecs.from_dict(body))
+        phase, log = finished(client, names[0])
+        assert phase == "Succeeded" and [line for line in log.splitlines() if line.startswith("GPU 0: ")], log
+        assert log.split()[2] == "1000" and log.startswith("crw-rw-rw-"), log  # the container user's node, 0666
+        found = [p for p in doctor_report(dra)["problems"] if p["subject"] == "node01"]
+        assert [(p["link"], p["code"]) for p in found] == [("driver", "device-mode")], found
+        assert "containers given GPUs through CDI, still work" in found[0]["what"], found
+
+        gpunode("sim", "fault", "node01", "uvm-missing", env=dra["env"], timeout=300)
+        body["metadata"]["name"] = names[1]
+        del body["spec"]["securityContext"]
+        client.create(codecs.from_dict(body))
+
+        def refused() -> str:
+            statuses = client.get(Pod, names[1], namespace="default").status.containerStatuses or []
+            waiting = [s.state.waiting for s in statuses if s.state and s.state.waiting]
+            return waiting[0].message or "" if waiting and waiting[0].reason == "CreateContainerError" else ""
+
+        message = str(wait_for(refused, 120, "containerd to refuse the container"))
+        assert 'failed to stat CDI host device "/dev/nvidia-uvm": no such file or directory' in message, message
+        report = doctor_report(dra, "--pod", f"default/{names[1]}")
+        pod = next(p for p in report["problems"] if p["subject"] == f"pod default/{names[1]}")
+        assert pod["code"] == "cdi-device-node-missing" and "gpunode doctor --limit node01" in pod["fix"], pod
+        node = next(p for p in report["problems"] if p["subject"] == "node01")
+        assert (node["link"], "nvidia_uvm is not loaded" in node["what"]) == ("driver", True), node
+    finally:
+        delete_pods(client, *names)
+        gpunode("sim", "fault", "node01", "--clear", env=dra["env"], timeout=300)
+    assert wait_for(lambda: doctor_report(dra)["problems"] == [] or None, 120, "doctor's clean verdict")

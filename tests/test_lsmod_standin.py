@@ -31,6 +31,7 @@ def lsmod(tmp_path: Path, faults: list[str], indent: int | None) -> list[str]:
     ([], NVIDIA),
     (["driver-not-loaded"], []),
     (["nouveau"], ["nouveau              2269184  0"]),
+    (["uvm-missing"], [NVIDIA[1], NVIDIA[2], "nvidia              56713216  1 nvidia_modeset"]),
 ])
 def test_lsmod_lists_the_simulated_modules(tmp_path: Path, faults: list[str], rows: list[str],
                                            indent: int | None) -> None:

@@ -15,6 +15,8 @@ RUNNING = [("ml", "trainer", "Running", {**GPU_SPEC, "nodeName": "n1"}),
            ("ml", "done", "Succeeded", {**GPU_SPEC, "nodeName": "n1"})]
 INSUFFICIENT = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 NO_MATCH = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+CDI_STAT = ("failed to create containerd container: CDI device injection failed: failed to inject devices: failed to "
+            'stat CDI host device "/dev/nvidia-uvm": no such file or directory')
 
 
 def pod(**changes: object) -> PodView:
@@ -25,11 +27,17 @@ def pod(**changes: object) -> PodView:
 @pytest.mark.parametrize(("view", "code", "phrase"), [
     (pod(phase="Pending", spec={**GPU_SPEC, "nodeName": None}, events=[("FailedScheduling", INSUFFICIENT)]),
      "insufficient-gpus", "n1: 4 allocatable, held by ml/trainer (2)"),
-    (pod(phase="Pending", spec={**GPU_SPEC, "nodeSelector": {"accelerator": "nvidia-h100"}},
+    (pod(phase="Pending", spec={**GPU_SPEC, "nodeName": None, "nodeSelector": {"accelerator": "nvidia-h100"}},
          events=[("FailedScheduling", NO_MATCH)]),
      "selector-no-gpu-node", "accelerator=nvidia-a100"),
     (pod(phase="Pending", events=[("FailedCreatePodSandBox", 'no runtime for "nvidia" is configured')]),
      "runtime-handler-missing", 'no runtime for "nvidia" is configured'),
+    # bound to n1 after an earlier FailedScheduling (its GPUs were not back yet): the scheduler's word is history,
+    # the runtime's is what holds it (containerd 1.7.24 over a spec naming a device node the node lost)
+    (pod(phase="Pending", events=[("FailedScheduling", INSUFFICIENT), ("Scheduled", "assigned ml/p to n1"),
+                                  ("Failed", CDI_STAT)],
+         containers=(ContainerView("c", "waiting", "CreateContainerError", CDI_STAT),)),
+     "cdi-device-node-missing", '"/dev/nvidia-uvm": no such file or directory'),
     (pod(phase="Failed", spec={**GPU_SPEC, "runtimeClassName": None}, log="CUDA_ERROR_NO_DEVICE\n"),
      "no-runtime-class", "n1: default runtime is not nvidia"),
     (pod(phase="Failed", spec={"nodeName": "n1", "containers": [{"name": "c"}]}, log="CUDA_ERROR_NO_DEVICE"),

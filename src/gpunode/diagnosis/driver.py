@@ -246,13 +246,18 @@ def reset_checks(state: dict) -> list[Finding]:
 
 def device_mode_checks(state: dict) -> list[Finding]:
     """The device nodes a container opens must be readable and writable by any user, as the driver creates them
-    (0666, NVreg_DeviceFileMode): a container that does not run as root cannot open them otherwise."""
+    (0666, NVreg_DeviceFileMode): otherwise a container that does not run as root cannot open them where NVIDIA's
+    legacy runtime bind-mounts the node's own device nodes. Containers given their GPUs through CDI are not
+    affected (the CDI library has the runtime create their device nodes for the container's user), users on the
+    node are."""
     modes = state.get("device_modes") or {}
     closed = {path: mode for path, mode in sorted(modes.items()) if int(mode[-3:], 8) & 0o006 != 0o006}
     if not closed:
         return []
     return [fail(f"GPU device node(s) not open to every user: {', '.join(closed)}; a container that does not run as "
-                 "root fails with 'Failed to initialize NVML: Insufficient Permissions' (root ones still work)",
+                 "root and gets its GPUs from NVIDIA's legacy runtime fails with 'Failed to initialize NVML: "
+                 "Insufficient Permissions', as do users other than root on the node (root, and containers given "
+                 "GPUs through CDI, still work)",
                  [f"stat -c %a {path}: {mode}" for path, mode in closed.items()],
                  f"chmod 0666 {' '.join(closed)} (until the module reloads); then find what set the mode: "
                  "'grep -r NVreg_DeviceFileMode /etc/modprobe.d', a udev rule under /etc/udev/rules.d (the driver's "

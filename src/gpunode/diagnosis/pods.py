@@ -76,6 +76,14 @@ SIGNATURES: tuple[tuple[str, str, str, str], ...] = (
      "the DRA driver's pod on {node}: 'kubectl get pods -A -o wide --field-selector spec.nodeName={node}' shows it "
      "(not registered: it is not running there, or cannot reach the kubelet's plugins_registry folder); its log "
      "says why a prepare failed"),
+    # the CDI library's words (tags.cncf.io/container-device-interface, as containerd 1.7 and 2.x vendor it) when
+    # a spec names a device node the node does not have, e.g. /dev/nvidia-uvm with nvidia_uvm not loaded
+    ("failed to stat CDI host device", "cdi-device-node-missing",
+     "the node's CDI spec names a device node that the node does not have (quoted above), so the container runtime "
+     "cannot give the container its GPU",
+     "'gpunode doctor --limit {node}' names why the device node is missing (for /dev/nvidia-uvm: nvidia_uvm is not "
+     "loaded); the spec works again once it is back. If the node's devices changed for good: nvidia-ctk cdi generate "
+     "--output=/etc/cdi/nvidia.yaml on {node} (re-running deploys/toolkit.py does this)"),
     ("unresolvable CDI devices", "cdi-spec-missing",
      "the runtime was asked for CDI devices that no CDI spec on the node defines",
      "nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml on {node} (again after every driver change); "
@@ -213,7 +221,7 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
     wanted = gpu_request(pod.spec)
     scheduling = [m for r, m in pod.events if r == "FailedScheduling"]
     sandbox = [m for r, m in pod.events if r == "FailedCreatePodSandBox"]
-    if pod.phase == "Pending" and scheduling:
+    if pod.phase == "Pending" and scheduling and not pod.spec.get("nodeName"):  # once bound, those are history
         message = scheduling[-1]
         evidence = [f"event FailedScheduling: {message}"]
         gpu_nodes = [n for n in nodes if n.allocatable_gpus]
