@@ -269,6 +269,21 @@ def test_device_plugin_proof_when_every_gpu_is_offered() -> None:
     assert "pod ns/p-1: Running, ready=true, restarts=0" in findings[0].evidence
 
 
+@pytest.mark.parametrize(("pod", "waits"), [
+    (PluginPodState("n1", "dra-2", "Running", True), False),  # its successor, ready
+    (PluginPodState("n1", "dra-1", "Running", True), True),  # the pod the run replaced, still there
+    (PluginPodState("n1", "dra-2", "Pending", False), True),
+    (PluginPodState("n1"), True),  # none yet
+])
+def test_a_restarted_dra_driver_is_waited_for_until_its_successor_is_ready(pod: PluginPodState, waits: bool) -> None:
+    found = plugin_diagnosis.dra_driver_replaced(pod, "dra-1", "ns")
+    assert (found is not None) == waits
+    if found is not None:
+        assert (found.code, found.state) == ("dra-driver-not-ready", Verdict.FINDING)
+        assert f"gpunode-dra-driver pod on n1: {pod.name or '<none>'}, ready={pod.ready}" in found.evidence
+        assert "--field-selector spec.nodeName=n1" in found.fix
+
+
 def test_time_slicing_is_not_blamed_on_xids() -> None:
     """Before: 16 allocatable on a 4-GPU node with 4 replicas read as 'some GPUs are marked unhealthy (Xid)'."""
     config = parse_plugin_config({"version": "v1", "sharing": {"timeSlicing": {"resources": [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,39 @@ def test_a_gpu_pod_runs_on_every_node(mixed: dict) -> None:
         output = result.stdout + result.stderr
         assert result.returncode == 0 and f"on {node}: Succeeded" in output, (node, output)
         assert f"GPU 0: {models[profile.split('-')[0]]} (UUID: GPU-" in output, (node, output)
+
+
+def allocatable_gpus(fleet: dict, node: str) -> str:
+    item = json.loads(gpunode("sim", "kubectl", "get", "node", node, "-o", "json", env=fleet["env"]).stdout)
+    return item["status"]["allocatable"].get("nvidia.com/gpu", "0")
+
+
+def wait_allocatable(fleet: dict, node: str, count: int, timeout: float) -> float:
+    """Seconds until ``node`` offers ``count`` GPUs; the test fails with what it offers after ``timeout``."""
+    started = time.monotonic()
+    while (found := allocatable_gpus(fleet, node)) != str(count):
+        assert time.monotonic() - started < timeout, f"{node} offers {found} GPUs, not {count}, after {timeout} s"
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def test_an_xid_reaches_the_plugin_where_the_runtime_gives_it_the_driver_by_jit_cdi(mixed: dict) -> None:
+    """On the 1.20 containerd nodes NVIDIA's runtime gives the plugin's container the driver's files by its
+    just-in-time CDI spec (no cli): the simulated driver's health events reach the plugin's NVML event set through
+    the link in the driver's firmware folder that the spec mounts. An Xid 79 takes the GPU out of the node's
+    allocatable; a new plugin pod (a fresh view of the GPUs) offers it again."""
+    for node in ("node05", "node06"):
+        gpus = json.loads(ssh(mixed, node, "cat /etc/gpunode-sim/gpu.json"))["gpus"]
+        wait_allocatable(mixed, node, len(gpus), 60)
+        ssh(mixed, node, f"echo '{gpus[1]['uuid']} 79' >> /run/gpunode-sim/events/health-events")
+        took = wait_allocatable(mixed, node, len(gpus) - 1, 30)
+        print(f"{node}: Xid 79 to allocatable {len(gpus) - 1} in {took:.2f} s")
+        pods = json.loads(gpunode("sim", "kubectl", "get", "pods", "-n", "gpunode-system", "-o", "json",
+                                  "--field-selector", f"spec.nodeName={node}", env=mixed["env"]).stdout)["items"]
+        plugin = [p["metadata"]["name"] for p in pods if p["metadata"]["name"].startswith("gpunode-device-plugin-")]
+        assert len(plugin) == 1, [p["metadata"]["name"] for p in pods]
+        gpunode("sim", "kubectl", "delete", "pod", "-n", "gpunode-system", plugin[0], env=mixed["env"])
+        wait_allocatable(mixed, node, len(gpus), 90)
 
 
 def rpm_state(fleet: dict) -> tuple[list[str], dict[str, str]]:

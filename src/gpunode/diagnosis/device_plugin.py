@@ -344,6 +344,18 @@ def dra_expected(gpus: list[dict]) -> list[str]:
     return [f"gpu-{g['index']}-mig-" if g.get("mig_mode") == "Enabled" else f"gpu-{g['index']}" for g in gpus]
 
 
+def dra_driver_replaced(pod: PluginPodState, replaced: str, namespace: str) -> Finding | None:
+    """After this run restarted the node's DRA driver pod ``replaced`` (its slice proves nothing new): None once a
+    successor is ready, else the finding that names the wait."""
+    if pod.exists and pod.ready and pod.name != replaced:
+        return None
+    return Finding(STEP, Verdict.FINDING, f"{pod.node}: the DRA driver pod that replaces {replaced} is not ready",
+                   [f"{DRA_DAEMONSET} pod on {pod.node}: {pod.name or '<none>'}, ready={pod.ready}"],
+                   f"kubectl -n {namespace} describe pod -l app.kubernetes.io/name={DRA_DAEMONSET} "
+                   f"--field-selector spec.nodeName={pod.node} (its events and log say why)",
+                   code="dra-driver-not-ready")
+
+
 def dra_offer(node: NodeLabelsState, gpus: list[dict], devices: list[str], namespace: str) -> list[Finding]:
     """A node on gpunode's DRA driver (gpu_allocation = dra): proof that its ResourceSlice offers each of its GPUs
     and that no device plugin offers them too; else what is missing, with the driver's pod to look at."""

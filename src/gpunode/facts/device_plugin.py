@@ -19,7 +19,14 @@ from gpunode.errors import GpunodeError
 from gpunode.facts.node_events import moment
 
 DAEMONSET = "gpunode-device-plugin"
-POD_SELECTOR = {"app.kubernetes.io/name": DAEMONSET}
+
+
+def pod_selector(app: str = DAEMONSET) -> dict[str, str]:
+    """The label that gpunode's DaemonSet ``app`` (the device plugin's, the DRA driver's) gives its pods."""
+    return {"app.kubernetes.io/name": app}
+
+
+POD_SELECTOR = pod_selector()
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def last_words(lines: list[str]) -> tuple[str, ...]:
 def read_plugin_pod(settings: ClusterSettings, namespace: str, node: str, app: str = DAEMONSET) -> PluginPodState:
     """The node's pod of gpunode's DaemonSet ``app`` (the device plugin's, or the DRA driver's)."""
     def find(client):
-        return list(client.list(Pod, namespace=namespace, labels={"app.kubernetes.io/name": app},
+        return list(client.list(Pod, namespace=namespace, labels=pod_selector(app),
                                 fields={"spec.nodeName": node}))
 
     pods = api_call(settings, f"list plugin pods on {node}", find)

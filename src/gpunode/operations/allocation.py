@@ -17,7 +17,13 @@ from pyinfra.api import Host, operation
 from gpunode.cluster.client import ClusterSettings
 from gpunode.cluster.labels import METHOD_LABELS
 from gpunode.diagnosis import Finding, Verdict
-from gpunode.diagnosis.device_plugin import DRA_DAEMONSET, DRA_DRIVER, allocatable_gpus, dra_offer
+from gpunode.diagnosis.device_plugin import (
+    DRA_DAEMONSET,
+    DRA_DRIVER,
+    allocatable_gpus,
+    dra_driver_replaced,
+    dra_offer,
+)
 from gpunode.errors import GpunodeError
 from gpunode.facts.claims import read_node_devices
 from gpunode.facts.device_plugin import read_plugin_pod
@@ -90,15 +96,9 @@ def wait_dra_offer(target: Host, settings: ClusterSettings, node: str, gpus: lis
         devices = read_node_devices(settings, node, DRA_DRIVER)
         served, finding = dra_served(current, gpus, devices, namespace)
         if served and replaced is not None:
-            pod = read_plugin_pod(settings, namespace, node, DRA_DAEMONSET)
-            served = pod.exists and pod.ready and pod.name != replaced
-            if not served:
-                finding = Finding(finding.step, Verdict.FINDING, f"{node}: the DRA driver pod that replaces "
-                                  f"{replaced} is not ready", [f"{DRA_DAEMONSET} pod on {node}: "
-                                                                f"{pod.name or '<none>'}, ready={pod.ready}"],
-                                  f"kubectl -n {namespace} describe pod -l app.kubernetes.io/name={DRA_DAEMONSET} "
-                                  f"--field-selector spec.nodeName={node} (its events and log say why)",
-                                  code="dra-driver-not-ready")
+            waiting = dra_driver_replaced(read_plugin_pod(settings, namespace, node, DRA_DAEMONSET), replaced,
+                                          namespace)
+            served, finding = waiting is None, waiting or finding
         if served:
             target.log(f"{node}: {len(devices)} device(s) in its ResourceSlice from {DRA_DRIVER}")
             return
