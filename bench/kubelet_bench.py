@@ -13,6 +13,8 @@ folder and loopback block (127.0.42.N), bootstraps it, then prints:
 * GPU pod start through the real kubelet (admission, Allocate, CRI, the nvidia
   runtime): the kubelet's own podStartSLOduration, p50/p99 (the pods run 2 s,
   so the kubelet sees them running; it logs only those);
+* Allocate as the kubelet's device manager times it (its own histogram,
+  kubelet_device_plugin_alloc_duration_seconds): calls, mean, the p99's bucket;
 * the idle CPU of the node's kubelet and plugin over 20 s;
 * an Xid 79 through NVML's event set (the simulated libnvidia-ml.so.1) to the
   plugin's "unhealthy" verdict (its log line, as the CRI stamps it) and to the
@@ -66,6 +68,25 @@ def klog_time(line: str) -> float:
     return moment.replace(tzinfo=datetime.UTC).timestamp()
 
 
+ALLOC = "kubelet_device_plugin_alloc_duration_seconds"  # the kubelet's device manager times each Allocate call
+
+
+def allocate_line(metrics: str) -> str:
+    """Allocate as the kubelet's device manager times it (its histogram for nvidia.com/gpu): the calls, their mean,
+    and the bucket bound that holds 99% of them (a histogram gives no finer p99)."""
+    labels = 'resource_name="nvidia.com/gpu"'
+    buckets = [(float(le), float(count)) for le, count in re.findall(
+        rf'^{ALLOC}_bucket{{[^}}]*{labels}[^}}]*le="([^"]+)"}} (\S+)$', metrics, re.MULTILINE)]
+    total = re.search(rf"^{ALLOC}_sum{{[^}}]*{labels}[^}}]*}} (\S+)$", metrics, re.MULTILINE)
+    count = re.search(rf"^{ALLOC}_count{{[^}}]*{labels}[^}}]*}} (\S+)$", metrics, re.MULTILINE)
+    if not (buckets and total and count and float(count.group(1))):
+        return f"Allocate through the real kubelet: no {ALLOC} samples for nvidia.com/gpu in the kubelet's metrics"
+    calls = float(count.group(1))
+    p99 = min(le for le, below in buckets if below >= 0.99 * calls)
+    return (f"Allocate through the real kubelet ({ALLOC}, {calls:.0f} calls): mean "
+            f"{float(total.group(1)) / calls * 1000:.1f} ms, p99 <= {p99 * 1000:g} ms (the histogram's bucket)")
+
+
 def main(rounds: int) -> None:
     image = max(CACHE.glob("plugin-image-*/image.json"), key=lambda p: p.stat().st_mtime)
     described = json.loads(image.read_text())
@@ -105,6 +126,8 @@ def main(rounds: int) -> None:
             starts = [float(v) for v in re.findall(r"podStartSLOduration=([\d.]+)", log)]
             print(f"GPU pod start through the real kubelet ({len(starts)} pods, Allocate included): "
                   f"p50 {percentile(starts, 0.5) * 1000:.0f} ms, p99 {percentile(starts, 0.99) * 1000:.0f} ms")
+            metrics = run([GPUNODE, "sim", "kubectl", "get", "--raw", "/api/v1/nodes/node01/proxy/metrics"], env)
+            print(allocate_line(metrics))
             gpus = json.loads(run([*ssh, "cat /etc/gpunode-sim/gpu.json"], env))["gpus"]
             verdicts, offers = [], []
             for left, gpu in zip(range(len(gpus) - 1, -1, -1), gpus, strict=True):

@@ -117,7 +117,10 @@ def test_bootstrap_then_no_op_on_every_generation(mixed: dict, tmp_path: Path, p
 
 
 def test_the_nvidia_runtime_sits_under_each_generations_cri_plugin(mixed: dict) -> None:
+    """NVIDIA's own runtime (built from NVIDIA's module at the node's pin) under each runtime's nvidia handler."""
     for node, (profile, pin, what) in NODES.items():
+        version = ssh(mixed, node, "nvidia-container-runtime --version 2>/dev/null | head -1").strip()
+        assert version == f"NVIDIA Container Runtime version {pin.split('-')[0]}", (node, version)
         if "docker" in profile:
             daemon = json.loads(ssh(mixed, node, "cat /etc/docker/daemon.json"))
             assert daemon["runtimes"]["nvidia"]["path"] == "nvidia-container-runtime", (node, daemon)

@@ -28,7 +28,7 @@ from .fleet_ssh import ssh_ok
 pytestmark = pytest.mark.fleet
 NAMESPACE = "gpunode-system"
 NODE = "node01"  # A100 x4, containerd 1.6.20: the real kubelet
-RESTARTS, KILLS = 50, 5
+RESTARTS, KILLS = 25, 5  # 20 rounds after the warm-up sample show whether anything accumulates
 
 
 def api(fleet: dict) -> Client:
