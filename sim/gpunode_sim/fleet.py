@@ -512,6 +512,7 @@ def down(paths: SimPaths, say: Say, names: list[str] | None = None) -> list[str]
         for leftover in (paths.inventory_file,):
             if leftover.exists():
                 leftover.unlink()
+        remove_unrecorded_cgroups(paths, say)
     return leftovers(paths)
 
 
@@ -652,6 +653,16 @@ def leftovers(paths: SimPaths) -> list[str]:
             found.append(f"network namespace {ns.name}")
     if not state.data["nodes"]:
         found += [f"process {pid}: {cmdline[:120]}" for pid, cmdline in _stray_processes(paths)]
+    for boot_id in unrecorded_boots(paths, state):
+        name = cgroup_root_of(boot_id).lstrip("/")
+        found += [f"cgroup {c}" for c in sorted(Path("/sys/fs/cgroup").glob(f"*/{name}"))]
+    return found
+
+
+def unrecorded_boots(paths: SimPaths, state: FleetState) -> list[str]:
+    """The last boot of each node the fleet no longer records (stopped, or never recorded: its init exited
+    before its sshd answered in an ``up`` that failed), whose kubelet cgroups may still be on the host."""
+    boots = []
     for plan in sorted((paths.state / "nodes").glob("*/boot.json")):
         if plan.parent.name in state.data["nodes"]:
             continue
@@ -659,9 +670,17 @@ def leftovers(paths: SimPaths) -> list[str]:
             boot_id = json.loads(plan.read_text()).get("boot_id") or ""
         except (OSError, ValueError):
             continue
-        name = cgroup_root_of(boot_id).lstrip("/") if boot_id else ""
-        found += [f"cgroup {c}" for c in sorted(Path("/sys/fs/cgroup").glob(f"*/{name}"))] if name else []
-    return found
+        if boot_id:
+            boots.append(boot_id)
+    return boots
+
+
+def remove_unrecorded_cgroups(paths: SimPaths, say: Say, root: Path = Path("/sys/fs/cgroup")) -> None:
+    """Remove the kubelet cgroups of the nodes the fleet does not record (what :func:`leftovers` would report)."""
+    state = FleetState(paths)
+    for boot_id in unrecorded_boots(paths, state):
+        for line in remove_cgroups(boot_id, root):
+            say(f"could not remove cgroup {line}")
 
 
 def _stray_processes(paths: SimPaths) -> list[tuple[int, str]]:
