@@ -3,6 +3,7 @@ a name the manifests do not define leaves the pod Pending."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,61 @@ def test_references_are_checked_across_the_files_of_one_run(tmp_path: Path) -> N
     findings, _ = lint_targets([str(tmp_path)])
     assert [(Path(f.source).name, f.level) for f in findings] == [("claims.yaml", "warning")]
     assert "DeviceClass 'gpu.gpunode.io'" in findings[0].what
+
+
+def device_class(expression: str) -> str:
+    return DEVICE_CLASS.replace("""'device.driver == "gpu.gpunode.io"'""", json.dumps(expression))
+
+
+GPUNODE = "device.attributes['gpu.gpunode.io']"
+
+
+@pytest.mark.parametrize(("expression", "words"), [
+    # what the driver publishes, read as DRA's documentation writes it: nothing to say
+    (f"{GPUNODE}.productName == 'NVIDIA A100-SXM4-80GB' && {GPUNODE}.driverVersion.isGreaterThan(semver('550.0.0'))",
+     None),
+    (f"{GPUNODE}['cudaComputeCapability'] == semver('8.0.0')", None),
+    ("device.capacity['gpu.gpunode.io'].memory.compareTo(quantity('40Gi')) >= 0", None),
+    ("device.attributes['gpu.nvidia.com'].productname == 'x'", None),  # another driver's: its own names
+    # a misspelt attribute or capacity matches no device
+    (f"{GPUNODE}.productname == 'NVIDIA A100-SXM4-80GB'", "reads device.attributes['gpu.gpunode.io'].productname"),
+    ('device.attributes["gpu.gpunode.io"].model == "A100"', "gpunode's DRA driver does not publish"),
+    ("device.capacity['gpu.gpunode.io'].mem.compareTo(quantity('40Gi')) >= 0", "capacity['gpu.gpunode.io'].mem"),
+    # a version is not a string
+    (f"{GPUNODE}.driverVersion >= '550.0.0'", "compares device.attributes['gpu.gpunode.io'].driverVersion"),
+])
+def test_a_selector_is_read_against_what_the_driver_publishes(expression: str, words: str | None) -> None:
+    findings = lint_text(device_class(expression), "class.yaml")
+    assert [f.level for f in findings] == ([] if words is None else ["warning"]), findings
+    if words is not None:
+        assert words in findings[0].what and findings[0].line == 6, findings[0]
+        assert "semver(" in findings[0].fix or "the driver publishes the" in findings[0].fix
+
+
+def test_a_misspelt_attribute_gets_the_name_it_resembles_and_a_requests_selectors_are_read_too() -> None:
+    request = template().replace("exactly: {deviceClassName: gpu.gpunode.io, count: 1}", "exactly:\n"
+                                 "          deviceClassName: gpu.gpunode.io\n          selectors:\n"
+                                 f"          - cel: {{expression: \"{GPUNODE}.pciBusId == '0000:07:00.0'\"}}")
+    findings = lint_text("---\n".join([DEVICE_CLASS, request]), "m.yaml")
+    assert [f.level for f in findings] == ["warning"], findings
+    assert findings[0].fix.startswith("did you mean pciBusID?"), findings[0].fix
+    assert "ResourceClaimTemplate 'single-gpu'" in findings[0].what
+
+
+def test_the_attributes_lint_knows_are_the_ones_the_driver_publishes() -> None:
+    from gpunode_plugin.backend import Gpu, MigDevice
+    from gpunode_plugin.dra_devices import devices
+
+    from gpunode.lint_dra import ATTRIBUTES, CAPACITIES
+
+    whole = Gpu(index=0, uuid="GPU-a", name="NVIDIA A100-SXM4-80GB", memory_mib=81920, minor=0,
+                pci_bus_id="00000000:07:00.0", compute_capability="8.0", driver_version="550.54.15",
+                cuda_version="12.4")
+    migged = Gpu(index=1, uuid="GPU-b", name="NVIDIA A100-SXM4-80GB", memory_mib=81920, minor=1,
+                 pci_bus_id="00000000:0F:00.0", mig_enabled=True, compute_capability="8.0",
+                 driver_version="550.54.15", cuda_version="12.4",
+                 mig_devices=(MigDevice("MIG-b0", "3g.40gb", "1:0", 1, 0),))
+    published = devices([whole, migged])
+    types = {name: next(iter(value)) for device in published for name, value in device["attributes"].items()}
+    assert types == ATTRIBUTES
+    assert {name for device in published for name in device.get("capacity", {})} == set(CAPACITIES)

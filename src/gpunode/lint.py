@@ -322,6 +322,8 @@ def lint_manifests(manifests: list[Manifest], nvidia_default: bool = False) -> l
                 lint_dra.check_pod(manifest, spec, ".".join(spec_path), known, report)
         elif manifest.kind in lint_dra.CLAIM_KINDS:
             lint_dra.check_claim(manifest, known, report)
+        elif manifest.kind == "DeviceClass":
+            lint_dra.check_device_class(manifest, report)
     return findings
 
 

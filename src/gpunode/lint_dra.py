@@ -5,16 +5,32 @@ name those (``resources.claims``), and each claim's requests name a DeviceClass.
 container claim the pod does not list and a pod claim with neither or both sources, and a request count below
 one (its own words, ``pkg/apis/core/validation`` and ``pkg/apis/resource/validation``); a template, a claim or
 a device class the manifests do not define is accepted and leaves the pod Pending until it exists: a warning,
-since the cluster may already have it.
+since the cluster may already have it. So is a selector (a DeviceClass's or a request's CEL expression) that reads
+an attribute gpunode's DRA driver does not publish, or compares one of its versions with a string: it matches no
+device, and the scheduler says only that it cannot allocate the claim.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import yaml
 
+from gpunode.diagnosis.device_plugin import DRA_DRIVER
+
+# What gpunode's DRA driver publishes for each device (gpunode_plugin.dra_devices; a test keeps them equal):
+# attribute -> its type, and the capacities
+ATTRIBUTES = {"type": "string", "uuid": "string", "index": "int", "minor": "int", "productName": "string",
+              "pciBusID": "string", "profile": "string", "parentUUID": "string", "cudaComputeCapability": "version",
+              "driverVersion": "version", "cudaDriverVersion": "version"}
+CAPACITIES = {"memory": "quantity"}
+# device.attributes['<domain>'].name, or ["name"]; device.capacity likewise
+REFERENCE = re.compile(r"""device\.(attributes|capacity)\[\s*(['"])([^'"]+)\2\s*\]"""
+                       r"""(?:\s*\.\s*(\w+)|\[\s*(['"])(\w+)\5\s*\])""")
+STRING_COMPARED = re.compile(r"""\s*(==|!=|<=|>=|<|>)\s*['"]""")
 CLAIM_KINDS = {"ResourceClaim": ("spec",), "ResourceClaimTemplate": ("spec", "spec")}  # kind -> path to its claim spec
 SOURCES = ("resourceClaimName", "resourceClaimTemplateName")
 
@@ -114,7 +130,39 @@ def check_claim(manifest: Manifest, known: dict[str, set], report: Report) -> No
             check_request(manifest, field, ask, known, report)
 
 
+def check_selectors(manifest: Manifest, field: str, selectors: object, report: Report) -> None:
+    """Each CEL selector's reads of gpunode's DRA driver's attributes and capacities (other drivers' are theirs)."""
+    for index, selector in enumerate(selectors if isinstance(selectors, list) else []):
+        expression = value_at(selector, ("cel", "expression"))
+        if not isinstance(expression, str):
+            continue
+        where = f"{field}[{index}].cel.expression"
+        for match in REFERENCE.finditer(expression):
+            kind, domain, name = match.group(1), match.group(3), match.group(4) or match.group(6)
+            if domain != DRA_DRIVER:
+                continue
+            published = ATTRIBUTES if kind == "attributes" else CAPACITIES
+            read = f"device.{kind}['{domain}'].{name}"
+            if name not in published:
+                close = difflib.get_close_matches(name, list(published), 1)
+                report(manifest, where, f"{manifest.kind} {manifest.name!r}: its selector reads {read}, which "
+                       f"gpunode's DRA driver does not publish: it matches no device, so a claim with it stays "
+                       "Pending", (f"did you mean {close[0]}? " if close else "") + f"the driver publishes the "
+                       f"{kind} {', '.join(sorted(published))} ('kubectl get resourceslices -o yaml' shows each "
+                       "device's)", "warning")
+            elif published[name] == "version" and STRING_COMPARED.match(expression, match.end()):
+                report(manifest, where, f"{manifest.kind} {manifest.name!r}: its selector compares {read}, a "
+                       "semantic version, with a string: no device matches it", f"compare versions with versions: "
+                       f"{read}.isGreaterThan(semver('1.2.3')), or {read} == semver('1.2.3') (three numbers, "
+                       "as the driver publishes them)", "warning")
+
+
+def check_device_class(manifest: Manifest, report: Report) -> None:
+    check_selectors(manifest, "spec.selectors", value_at(manifest.document, ("spec", "selectors")), report)
+
+
 def check_request(manifest: Manifest, field: str, ask: dict, known: dict[str, set], report: Report) -> None:
+    check_selectors(manifest, f"{field}.selectors", ask.get("selectors"), report)
     device_class = str(ask.get("deviceClassName") or "")
     if device_class and (None, device_class) not in known["DeviceClass"]:
         report(manifest, f"{field}.deviceClassName",
