@@ -6,8 +6,9 @@ container claim the pod does not list and a pod claim with neither or both sourc
 one (its own words, ``pkg/apis/core/validation`` and ``pkg/apis/resource/validation``); a template, a claim or
 a device class the manifests do not define is accepted and leaves the pod Pending until it exists: a warning,
 since the cluster may already have it. So is a selector (a DeviceClass's or a request's CEL expression) that reads
-an attribute gpunode's DRA driver does not publish, or compares one of its versions with a string: it matches no
-device, and the scheduler says only that it cannot allocate the claim.
+an attribute gpunode's DRA driver does not publish, or compares one of its versions with a string: the API server
+takes it (attributes are typed only at run time), and the scheduler's evaluation fails on every device of the
+driver (a CEL runtime error: ``no such key``, ``no such overload``), so no claim with it is ever allocated.
 """
 
 from __future__ import annotations
@@ -145,14 +146,16 @@ def check_selectors(manifest: Manifest, field: str, selectors: object, report: R
             read = f"device.{kind}['{domain}'].{name}"
             if name not in published:
                 close = difflib.get_close_matches(name, list(published), 1)
+                hint = f"did you mean {close[0]}? " if close else ""
                 report(manifest, where, f"{manifest.kind} {manifest.name!r}: its selector reads {read}, which "
-                       f"gpunode's DRA driver does not publish: it matches no device, so a claim with it stays "
-                       "Pending", (f"did you mean {close[0]}? " if close else "") + f"the driver publishes the "
-                       f"{kind} {', '.join(sorted(published))} ('kubectl get resourceslices -o yaml' shows each "
-                       "device's)", "warning")
+                       "gpunode's DRA driver does not publish: the scheduler's evaluation fails on each of its "
+                       "devices (CEL's 'no such key'), so a claim with it stays Pending",
+                       f"{hint}the driver publishes the {kind} {', '.join(sorted(published))} ('kubectl get "
+                       "resourceslices -o yaml' shows each device's)", "warning")
             elif published[name] == "version" and STRING_COMPARED.match(expression, match.end()):
                 report(manifest, where, f"{manifest.kind} {manifest.name!r}: its selector compares {read}, a "
-                       "semantic version, with a string: no device matches it", f"compare versions with versions: "
+                       "semantic version, with a string: the scheduler's evaluation fails on each of the driver's "
+                       "devices, so a claim with it stays Pending", f"compare versions with versions: "
                        f"{read}.isGreaterThan(semver('1.2.3')), or {read} == semver('1.2.3') (three numbers, "
                        "as the driver publishes them)", "warning")
 
