@@ -93,3 +93,20 @@ def test_free_devices_the_scheduler_does_not_allocate_point_at_the_selectors() -
     assert finding.code == "claim-selector-matches-none"
     assert "enough devices are free (4 on one node, it asks for 1 per request)" in finding.what
     assert f"deviceclass b300: selector {wrong}" in finding.evidence
+
+
+def test_a_selector_the_scheduler_cannot_evaluate_is_named_with_its_error() -> None:
+    """The real scheduler's words (kube-scheduler v1.37.2 on the DRA fleet) for a class whose selector reads an
+    attribute the driver does not publish: an error on every device, not "cannot allocate all claims"."""
+    typo = "device.driver == 'gpu.gpunode.io' && device.attributes['gpu.gpunode.io'].productname == 'NVIDIA A100'"
+    said = ('running "DynamicResources" filter plugin: class typo: selector #0 on device gpu.gpunode.io/node01/gpu-0: '
+            "CEL runtime error: no such key: productname. consider using CEL optional chaining (.? followed by "
+            "orValue()) or guarding the check with has() for optional fields")
+    asked = claim("typo", 1, [])
+    asked["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "typo"
+    dra = DraView((claim_view("gpus", asked, "typo-gpus-k2"),), {}, {}, {"typo": (typo,)})
+    view = PodView("ml", "p", "Pending", {"containers": [{"name": "c"}]}, [("FailedScheduling", said)], dra=dra)
+    [finding] = diagnose(view, [], [])
+    assert finding.code == "claim-selector-error" and "CEL runtime error" in finding.what
+    assert finding.evidence == [f"event FailedScheduling: {said}", f"deviceclass typo: selector {typo}"]
+    assert "'no such key' is an attribute the device does not have" in finding.fix

@@ -335,27 +335,37 @@ def test_a_claim_the_scheduler_cannot_allocate_is_followed_by_doctor(dra: dict) 
     wait_unprepared(dra, "every claim unprepared")
 
 
-def test_a_device_class_whose_selector_matches_no_device_is_named(dra: dict) -> None:
-    """A class for a model the node has not got: every GPU is free, the scheduler still allocates none and says
-    "cannot allocate all claims"; doctor --pod says the selectors match no device and quotes them."""
+@pytest.mark.parametrize(("wrong", "code", "linted"), [
+    # a model the node has not got: every GPU free, the scheduler allocates none ("cannot allocate all claims")
+    ("productName == 'NVIDIA B300'", "claim-selector-matches-none", ""),
+    # a misspelt attribute: the scheduler's CEL evaluation fails on each device ("no such key"), which lint foresees
+    ("productname == 'NVIDIA A100-SXM4-40GB'", "claim-selector-error", "did you mean productName?"),
+])
+def test_a_device_class_whose_selector_matches_no_device_is_named(dra: dict, tmp_path: Path, wrong: str, code: str,
+                                                                   linted: str) -> None:
+    """A class whose selector no device passes: doctor --pod says why with the scheduler's words and quotes the
+    selector; gpunode lint warns of the class before it is applied where the selector cannot work at all."""
     client = api(dra)
-    wrong = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].productName == 'NVIDIA B300'"
-    client.apply(codecs.from_dict({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                                   "metadata": {"name": "b300-test"},
-                                   "spec": {"selectors": [{"cel": {"expression": wrong}}]}}),
-                 field_manager="gpunode-test", force=True)
-    claim_template = template("b300", 1)
-    claim_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "b300-test"
+    expression = f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].{wrong}"
+    device_class = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "wrong-test"},
+                    "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+    (tmp_path / "class.yaml").write_text(yaml.safe_dump(device_class))
+    lint = gpunode("lint", str(tmp_path / "class.yaml"), env=dra["env"], check=False)
+    assert (linted in lint.stdout) if linted else lint.returncode == 0, lint.stdout + lint.stderr
+    client.apply(codecs.from_dict(device_class), field_manager="gpunode-test", force=True)
+    claim_template = template("wrong", 1)
+    claim_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "wrong-test"
     client.apply(codecs.from_dict(claim_template), field_manager="gpunode-test", force=True)
-    client.create(codecs.from_dict(gpu_pod("b300", [{"name": "gpus", "resourceClaimTemplateName": "b300"}],
+    client.create(codecs.from_dict(gpu_pod("wrong", [{"name": "gpus", "resourceClaimTemplateName": "wrong"}],
                                            "nvidia-smi -L")))
     try:
-        found = pod_problem(dra, client, "b300")
-        assert found["code"] == "claim-selector-matches-none", found
-        assert f"deviceclass b300-test: selector {wrong}" in found["evidence"], found
+        found = pod_problem(dra, client, "wrong")
+        assert found["code"] == code, found
+        assert f"deviceclass wrong-test: selector {expression}" in found["evidence"], found
     finally:
-        client.delete(Pod, "b300", namespace="default", grace_period=0)
-        client.delete(DeviceClass, "b300-test")
+        client.delete(Pod, "wrong", namespace="default", grace_period=0)
+        client.delete(DeviceClass, "wrong-test")
+        client.delete(ResourceClaimTemplate, "wrong", namespace="default")
 
 
 def test_an_xid_takes_the_gpu_out_of_the_resource_slice(dra: dict) -> None:

@@ -443,9 +443,11 @@ def lint(targets: tuple[str, ...], nvidia_default: bool, strict: bool, output_fo
     containers included, as the API server validates them (quantities compared as quantities: 1.0 and 1000m
     are 1): GPU requests without limits, requests unequal to limits, fractional or negative counts; GPU pods
     without runtimeClassName: nvidia; and, as warnings, NVIDIA resource names no plugin offers (a typo such as
-    nvidia.com/gpus leaves a pod Pending for ever). Prints file:line, the API server's message and the
-    corrected snippet. A file that does not parse is named and the others are still linted. For Helm charts,
-    lint what they render: helm template CHART | gpunode lint -.
+    nvidia.com/gpus leaves a pod Pending for ever). DRA across the files of one run: claims a pod or container
+    names, request counts (errors in the API server's words), templates, claims and DeviceClasses not defined,
+    selectors that read what gpunode's DRA driver does not publish (warnings). Prints file:line, the API
+    server's message and the corrected snippet. A file that does not parse is named and the others are still
+    linted. For Helm charts, lint what they render: helm template CHART | gpunode lint -.
     Exit 0: no errors (warnings too with --strict), 1: findings, 2: a file could not be read or parsed.
 
     \b

@@ -23,6 +23,7 @@ GPU_LINE = re.compile(r"^GPU \d+: .+\(UUID: GPU-[^)]+\)\s*$")  # nvidia-smi -L, 
 MIG_LINE = re.compile(r"^\s+MIG .+\(UUID: MIG-[^)]+\)\s*$")  # and one per MIG device under its GPU
 CUDA_COUNT = re.compile(r"^CUDA devices: (\d+)\s*$")  # what a CUDA sample's device query prints
 NO_CUDA_DEVICE = "no CUDA-capable device is detected"  # cudaGetErrorString of cudaErrorNoDevice (runtime API)
+CEL_ERROR = "CEL runtime error"  # the DRA allocator's words for a selector that fails on a device
 
 # What a failed GPU container's components print, in their own words, and the link each points to:
 # (the words, the finding's code, what they mean, the fix; {node} is the pod's node)
@@ -241,6 +242,8 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                                         for n in cordoned],
                             "kubectl uncordon the node once its reason is dealt with, or re-run the deploy's roll "
                             "(it uncordons a node when the node checks out)", code="nodes-cordoned")]
+        if pod.dra is not None and CEL_ERROR in message:
+            return [selector_error(pod.dra, title, evidence)]
         if pod.dra is not None and ("cannot allocate all claims" in message or "resourceclaim" in message):
             return [claim_finding(pod.dra, title, evidence)]
         reasons = scheduling_reasons(message)
@@ -308,6 +311,23 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
     if failures(lifecycle) or not wanted:
         return lifecycle
     return lifecycle + [gpus_seen(pod, title, wanted)]
+
+
+def selector_error(dra: DraView, title: str, evidence: list[str]) -> Finding:
+    """The scheduler could not evaluate a selector of the pod's claims on a device (k8s.io/dynamic-resource-allocation:
+    "class C: selector #N on device D: CEL runtime error: ..."): no device can be allocated while it fails."""
+    selectors = [f"deviceclass {name}: selector {expression}" for claim in dra.claims for name, _ in claim.asks
+                 for expression in dra.classes.get(name, ())]
+    selectors += [f"resourceclaim {claim.name}: selector {expression}" for claim in dra.claims
+                  for expression in claim.selectors]
+    return Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler cannot evaluate a selector of its "
+                   "claims on the nodes' devices (a CEL runtime error), so it allocates none",
+                   evidence + list(dict.fromkeys(selectors)),
+                   "the message names the DeviceClass (or claim), the selector and the error: 'no such key' is an "
+                   "attribute the device does not have (a misspelt name, or one only some devices carry: guard it "
+                   "with has() or .?/orValue()), 'no such overload' a comparison of different types (a version "
+                   "with a string: semver('1.2.3')); 'gpunode lint' on the manifests checks gpunode's driver's "
+                   "attributes", code="claim-selector-error")
 
 
 def claim_finding(dra: DraView, title: str, evidence: list[str]) -> Finding:
