@@ -51,6 +51,20 @@ def test_pod_diagnosis(view: PodView, code: str, phrase: str) -> None:
     assert findings[0].fix
 
 
+def test_a_plugin_node_offering_no_gpu_now_is_named_where_a_pod_waits_for_gpus() -> None:
+    """Before: the node whose device plugin offered nothing (a non-executable runtime stops the plugin's own pod)
+    was left out of the evidence ("a node missing from the list offers no GPUs")."""
+    served = NodeView("n3", {"accelerator": "nvidia-a100", "gpunode.io/device-plugin": "true"}, 0)
+    view = pod(phase="Pending", spec={**GPU_SPEC, "nodeName": None}, events=[("FailedScheduling", INSUFFICIENT)])
+    [finding] = diagnose(view, [*NODES, served], RUNNING)
+    assert finding.code == "insufficient-gpus"
+    assert "n3: 0 allocatable, though gpunode's device plugin is to serve it (label gpunode.io/device-plugin=true)" \
+        in finding.evidence
+    assert finding.fix.startswith("'gpunode doctor --limit n3' names why n3 offer(s) no GPU now; ")
+    [plain] = diagnose(view, NODES, RUNNING)  # no such node: the fix as before
+    assert plain.fix.startswith("wait for or delete the pods holding GPUs above")
+
+
 def test_no_runtime_class_is_fine_where_nvidia_is_the_default() -> None:
     view = pod(phase="Failed", spec={**GPU_SPEC, "nodeName": "n2", "runtimeClassName": None},
                log="CUDA_ERROR_NO_DEVICE")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpunode.cluster.labels import PLUGIN_LABEL
 from gpunode.diagnosis import Finding, Verdict, failures, proven
 from gpunode.facts.claims import DraView
 
@@ -266,10 +267,17 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
                      f"{', '.join(held.get(n.name, [])) or 'nothing'}" for n in matching or gpu_nodes]
             free = max((n.allocatable_gpus - sum(int(h.rsplit('(', 1)[1][:-1]) for h in held.get(n.name, []))
                         for n in matching or gpu_nodes), default=0)
+            # nodes gpunode's device plugin is to serve that offer nothing now: often the whole reason
+            idle = [n.name for n in nodes if not n.allocatable_gpus and n.labels.get(PLUGIN_LABEL) == "true"
+                    and all(n.labels.get(k) == v for k, v in selector.items())]
+            lines += [f"{name}: 0 allocatable, though gpunode's device plugin is to serve it (label {PLUGIN_LABEL}="
+                      "true)" for name in idle]
+            first = (f"'gpunode doctor --limit {','.join(idle)}' names why {', '.join(idle)} offer(s) no GPU now; "
+                     if idle else "")
             return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: it asks for {wanted} {GPU} and no node "
                             f"has that many free (most free on one node: {free})", evidence + lines,
-                            "wait for or delete the pods holding GPUs above, ask for fewer GPUs, or add GPU nodes; "
-                            "a node missing from the list offers no GPUs (gpunode verify names why)",
+                            f"{first}wait for or delete the pods holding GPUs above, ask for fewer GPUs, or add GPU "
+                            "nodes; a node missing from the list offers no GPUs (gpunode verify names why)",
                             code="insufficient-gpus")]
         return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler places it nowhere", evidence,
                         "read the scheduler's message above: it names each node's reason", code="unschedulable")]
