@@ -175,12 +175,16 @@ def wait_unprepared(fleet: dict, what: str) -> None:
              what)
 
 
+def doctor_report(fleet: dict, *args: str) -> dict:
+    result = gpunode("doctor", INVENTORY, "--json", *args, env=fleet["env"], check=False)
+    return json.loads(result.stdout)
+
+
 def pod_problem(fleet: dict, client: Client, name: str) -> dict:
     """Once the scheduler has said why pod ``name`` waits: doctor --pod's problem for it (the report if none)."""
     wait_for(lambda: [e for e in client.list(Event, namespace="default", fields={"involvedObject.name": name})
                       if e.reason == "FailedScheduling"], 60, f"the scheduler's word on pod {name}")
-    result = gpunode("doctor", INVENTORY, "--pod", f"default/{name}", "--json", env=fleet["env"], check=False)
-    report = json.loads(result.stdout)
+    report = doctor_report(fleet, "--pod", f"default/{name}")
     found = [p for p in report["problems"] if p["subject"] == f"pod default/{name}"]
     assert found, report
     return found[0]
@@ -434,9 +438,7 @@ def test_a_node_offered_by_the_device_plugin_too_is_named_offered_twice(dra: dic
     try:
         wait_for(lambda: int((client.get(Node, "node01").status.allocatable or {}).get("nvidia.com/gpu", "0")) > 0,
                  150, "the device plugin's GPUs on node01")
-        result = gpunode("doctor", INVENTORY, "--json", *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"],
-                         check=False)
-        report = json.loads(result.stdout)
+        report = doctor_report(dra, *DEPLOY, "--data", "gpu_allocation=dra")
         found = [p for p in report["problems"] if p["subject"] == "node01" and p["link"] == "device_plugin"]
         assert found and found[0]["code"] == "offered-twice", report
         # 3 or 4 devices: the Xid test above took one out of the slice (a new plugin hears only later Xids)
@@ -471,8 +473,7 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
                                        if e.reason == "FailedPrepareDynamicResources"], 120,
                               "the kubelet's FailedPrepareDynamicResources")
             print(f"the kubelet: {events[0].message}")
-            result = gpunode("doctor", INVENTORY, "--pod", "default/orphan", "--json", env=dra["env"], check=False)
-            report = json.loads(result.stdout)
+            report = doctor_report(dra, "--pod", "default/orphan")
             found = [p for p in report["problems"] if p["subject"] == "pod default/orphan"]
             assert found and found[0]["code"] == "claim-prepare-failed", report
             evidence = "\n".join(found[0]["evidence"])
@@ -482,9 +483,7 @@ def test_a_claim_whose_driver_is_gone_from_the_node_is_named_by_doctor(dra: dict
             client.delete(Pod, "orphan", namespace="default", grace_period=0)
         # the kubelet drops the slices of a driver that stays unregistered: then the node's own link fails
         wait_for(lambda: the_slice(client) is None, 300, "the kubelet to remove the driver's ResourceSlice")
-        result = gpunode("doctor", INVENTORY, "--json", *DEPLOY, "--data", "gpu_allocation=dra", env=dra["env"],
-                         check=False)
-        report = json.loads(result.stdout)
+        report = doctor_report(dra, *DEPLOY, "--data", "gpu_allocation=dra")
         found = [p for p in report["problems"] if p["subject"] == "node01" and p["link"] == "device_plugin"]
         assert found and found[0]["code"] == "dra-slice-missing", report
         print(f"doctor: {found[0]['what']}")
@@ -573,11 +572,6 @@ def test_a_cdi_strategy_hands_a_pod_its_gpu_through_the_nodes_own_spec(dra: dict
               f"spec mounts {mounted}")
     finally:
         client.delete(Pod, name, namespace="default", grace_period=0)
-
-
-def doctor_report(fleet: dict, *args: str) -> dict:
-    result = gpunode("doctor", INVENTORY, "--json", *args, env=fleet["env"], check=False)
-    return json.loads(result.stdout)
 
 
 def test_the_failures_of_a_device_node_under_cdi_are_the_real_stacks(dra: dict) -> None:

@@ -152,9 +152,10 @@ def down(nodes: tuple[str, ...], purge: bool) -> None:
     paths = SimPaths.from_env()
     if not paths.fleet_file.exists():
         click.echo("gpunode sim: no fleet is running", err=True)
+        left = []
         if paths.state.exists():
             fleet.remove_unrecorded_cgroups(paths, say)
-        left = fleet.leftovers(paths) if paths.state.exists() else []
+            left = fleet.leftovers(paths)
     else:
         left = fleet.down(paths, say, list(nodes) or None)
     if purge and not nodes:

@@ -9,16 +9,15 @@ if [ -r /proc/modules ]; then
         line = sprintf("%-19s %8s  %s %s", $1, $2, $3, users); sub(/ +$/, "", line); print line}' /proc/modules
 fi
 if grep -q '"loaded": true' "$state"; then
+  users="2 nvidia_uvm,nvidia_modeset"
   if grep -q '"uvm": false' "$state"; then  # the uvm-missing fault: nvidia_uvm not loaded
-    echo "nvidia_drm             73728  0"
-    echo "nvidia_modeset       1294336  1 nvidia_drm"
-    echo "nvidia              56713216  1 nvidia_modeset"
+    users="1 nvidia_modeset"
   else
     echo "nvidia_uvm           1347584  0"
-    echo "nvidia_drm             73728  0"
-    echo "nvidia_modeset       1294336  1 nvidia_drm"
-    echo "nvidia              56713216  2 nvidia_uvm,nvidia_modeset"
   fi
+  echo "nvidia_drm             73728  0"
+  echo "nvidia_modeset       1294336  1 nvidia_drm"
+  echo "nvidia              56713216  $users"
 fi
 if grep -q '"nouveau": true' "$state"; then
   echo "nouveau              2269184  0"

@@ -10,11 +10,12 @@ states, and for a GPU pod the GPUs its container listed in its output.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpunode.cluster.labels import PLUGIN_LABEL
 from gpunode.diagnosis import Finding, Verdict, failures, proven
-from gpunode.facts.claims import DraView
+from gpunode.facts.claims import ClaimView, DraView
 
 STEP = "pod"
 GPUS_STEP = "pod GPUs"  # the last link: the container saw the GPUs it was allocated
@@ -228,7 +229,8 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
         evidence = [f"event FailedScheduling: {message}"]
         gpu_nodes = [n for n in nodes if n.allocatable_gpus]
         selector = pod.spec.get("nodeSelector") or {}
-        matching = [n for n in gpu_nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        selected = [n for n in nodes if all(n.labels.get(k) == v for k, v in selector.items())]
+        matching = [n for n in selected if n.allocatable_gpus]
         if selector and not matching:
             seen = sorted({f"{k}={n.labels.get(k, '<none>')}" for n in gpu_nodes for k in selector})
             return [Finding(STEP, Verdict.FINDING, f"{title} is Pending: its nodeSelector matches no GPU node",
@@ -268,8 +270,7 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
             free = max((n.allocatable_gpus - sum(int(h.rsplit('(', 1)[1][:-1]) for h in held.get(n.name, []))
                         for n in matching or gpu_nodes), default=0)
             # nodes gpunode's device plugin is to serve that offer nothing now: often the whole reason
-            idle = [n.name for n in nodes if not n.allocatable_gpus and n.labels.get(PLUGIN_LABEL) == "true"
-                    and all(n.labels.get(k) == v for k, v in selector.items())]
+            idle = [n.name for n in selected if not n.allocatable_gpus and n.labels.get(PLUGIN_LABEL) == "true"]
             lines += [f"{name}: 0 allocatable, though gpunode's device plugin is to serve it (label {PLUGIN_LABEL}="
                       "true)" for name in idle]
             first = (f"'gpunode doctor --limit {','.join(idle)}' names why {', '.join(idle)} offer(s) no GPU now; "
@@ -321,16 +322,22 @@ def diagnose(pod: PodView, nodes: list[NodeView], pods: list[tuple[str, str, str
     return lifecycle + [gpus_seen(pod, title, wanted)]
 
 
+def selector_lines(dra: DraView, claims: Sequence[ClaimView]) -> list[str]:
+    """The CEL selectors that decide which devices ``claims`` can get: their DeviceClasses' (each class once, by
+    name), then the requests' own."""
+    classes = sorted({name for claim in claims for name, _ in claim.asks})
+    return ([f"deviceclass {name}: selector {expression}" for name in classes
+             for expression in dra.classes.get(name, ())]
+            + [f"resourceclaim {claim.name}: selector {expression}" for claim in claims
+               for expression in claim.selectors])
+
+
 def selector_error(dra: DraView, title: str, evidence: list[str]) -> Finding:
     """The scheduler could not evaluate a selector of the pod's claims on a device (k8s.io/dynamic-resource-allocation:
     "class C: selector #N on device D: CEL runtime error: ..."): no device can be allocated while it fails."""
-    selectors = [f"deviceclass {name}: selector {expression}" for claim in dra.claims for name, _ in claim.asks
-                 for expression in dra.classes.get(name, ())]
-    selectors += [f"resourceclaim {claim.name}: selector {expression}" for claim in dra.claims
-                  for expression in claim.selectors]
     return Finding(STEP, Verdict.FINDING, f"{title} is Pending: the scheduler cannot evaluate a selector of its "
                    "claims on the nodes' devices (a CEL runtime error), so it allocates none",
-                   evidence + list(dict.fromkeys(selectors)),
+                   evidence + selector_lines(dra, dra.claims),
                    "the message names the DeviceClass (or claim), the selector and the error: 'no such key' is an "
                    "attribute the device does not have (a misspelt name, or one only some devices carry: guard it "
                    "with has() or .?/orValue()), 'no such overload' a comparison of different types (a version "
@@ -365,10 +372,7 @@ def claim_finding(dra: DraView, title: str, evidence: list[str]) -> Finding:
     waiting = [claim for claim in dra.claims if claim.name and not claim.allocated]
     counts = [count for claim in waiting for _, count in claim.asks]
     if waiting and counts and None not in counts and max(counts) <= free_most:
-        selectors = [f"deviceclass {name}: selector {expression}" for name in sorted({c for claim in waiting
-                     for c, _ in claim.asks}) for expression in dra.classes.get(name, ())]
-        selectors += [f"resourceclaim {claim.name}: selector {expression}" for claim in waiting
-                      for expression in claim.selectors]
+        selectors = selector_lines(dra, waiting)
         return Finding(STEP, Verdict.FINDING, f"{title} is Pending: enough devices are free ({free_most} on one node, "
                        f"it asks for {max(counts)} per request) but the scheduler allocates none: the selectors of "
                        "its DeviceClass or request match none of them", evidence + lines + selectors,
